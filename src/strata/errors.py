@@ -1,0 +1,146 @@
+"""Kafka error codes and the exceptions that carry them.
+
+Every error Strata raises for a Kafka-visible condition is a :class:`KafkaError` whose
+``error_code`` is the wire code, so handlers can turn a failure into a per-partition error
+field instead of failing a whole request (the pattern aiokafka and tansu use).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
+
+
+class KafkaError(Exception):
+    """Base of every error that maps to a Kafka error code."""
+
+    error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    retriable: bool = False
+
+
+class CorruptRecordError(KafkaError):
+    """Bytes that do not form a valid record batch (bad size, bad CRC, bad varint)."""
+
+    error_code = ErrorCode.CORRUPT_MESSAGE
+    retriable = True  # Kafka marks CorruptRecordException retriable: the client may resend.
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message if position is None else f"{message} (at byte {position})")
+        self.position = position
+
+
+class TruncatedBatchError(CorruptRecordError):
+    """The buffer ends inside a batch: a torn write on disk, a short read on the wire."""
+
+
+class InvalidRecordError(KafkaError):
+    error_code = ErrorCode.INVALID_RECORD
+
+
+class UnsupportedForMessageFormatError(KafkaError):
+    """Magic v0/v1 message sets: Kafka 4 dropped them (KIP-724) and so do we."""
+
+    error_code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class UnsupportedCompressionTypeError(KafkaError):
+    error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class RecordTooLargeError(KafkaError):
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class RecordBatchTooLargeError(KafkaError):
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+class InvalidTimestampError(KafkaError):
+    error_code = ErrorCode.INVALID_TIMESTAMP
+
+
+class OffsetOutOfRangeError(KafkaError):
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class KafkaStorageError(KafkaError):
+    """An I/O failure in a log directory (full disk, EIO): Kafka's KafkaStorageException."""
+
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
+
+
+class InvalidConfigError(KafkaError):
+    """A config key with a value out of range or of the wrong type; the message names the key."""
+
+    error_code = ErrorCode.INVALID_CONFIG
+
+
+class OutOfOrderSequenceError(KafkaError):
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceError(KafkaError):
+    error_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(KafkaError):
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class UnknownProducerIdError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class InvalidTxnStateError(KafkaError):
+    error_code = ErrorCode.INVALID_TXN_STATE
+
+
+def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def error_for(code: int) -> type[KafkaError]:
+    """The most general exception class for a wire error code (KafkaError if none is defined)."""
+    for cls in _all_subclasses(KafkaError):
+        if cls.error_code == code and KafkaError in cls.__bases__:
+            return cls
+    return KafkaError

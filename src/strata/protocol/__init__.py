@@ -1,0 +1,1 @@
+"""Sans-IO Kafka formats: bytes in, objects out. No asyncio, no sockets, no files."""

@@ -1,0 +1,101 @@
+"""The four Kafka codecs, all through ``cramjam`` (one wheel, no system libraries).
+
+Snappy has two framings in the wild and both must decode: librdkafka sends a raw snappy block,
+while the Java client, kafka-python and aiokafka send xerial framing (``\\x82SNAPPY\\x00``, two
+int32s for version and compat, then blocks each prefixed by a big-endian int32 length).
+cramjam's own "framed" snappy is Google's framing format, which is neither, so xerial is
+handled here. We write xerial, as the Java client does, since every Kafka client reads it.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+import cramjam
+
+from strata.errors import CorruptRecordError, UnsupportedCompressionTypeError
+
+
+class CompressionType(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def from_name(cls, name: str) -> CompressionType:
+        """Kafka's ``compression.type`` names (``producer`` is resolved by the caller)."""
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise UnsupportedCompressionTypeError(f"unknown compression type {name!r}") from None
+
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16
+_XERIAL_BLOCK = 32 * 1024  # the Java client's default block size
+_I32 = struct.Struct(">i")
+
+
+def _snappy_decompress(data: bytes | memoryview) -> bytes:
+    view = memoryview(data)
+    if view[:8] != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    out = bytearray()
+    position = _XERIAL_HEADER_SIZE
+    while position < len(view):
+        if position + 4 > len(view):
+            raise CorruptRecordError("xerial snappy block header truncated")
+        (block_len,) = _I32.unpack_from(view, position)
+        position += 4
+        if block_len < 0 or position + block_len > len(view):
+            raise CorruptRecordError(f"xerial snappy block of {block_len} bytes runs past the data")
+        out += cramjam.snappy.decompress_raw(view[position : position + block_len])
+        position += block_len
+    return bytes(out)
+
+
+def _snappy_compress_xerial(data: bytes | memoryview) -> bytes:
+    view = memoryview(data)
+    parts = [XERIAL_MAGIC, struct.pack(">ii", 1, 1)]
+    for i in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[i : i + _XERIAL_BLOCK]))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def decompress(codec: int, data: bytes | memoryview) -> bytes:
+    """Inflate a batch's records section; any codec failure is a CorruptRecordError."""
+    try:
+        if codec == CompressionType.NONE:
+            return bytes(data)
+        if codec == CompressionType.GZIP:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == CompressionType.SNAPPY:
+            return _snappy_decompress(data)
+        if codec == CompressionType.LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == CompressionType.ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+    except CorruptRecordError:
+        raise
+    except Exception as e:  # cramjam raises its own DecompressionError / ValueError
+        raise CorruptRecordError(f"cannot decompress {CompressionType(codec).name} records: {e}") from e
+    raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
+
+
+def compress(codec: int, data: bytes | memoryview, *, snappy_raw: bool = False) -> bytes:
+    if codec == CompressionType.NONE:
+        return bytes(data)
+    if codec == CompressionType.GZIP:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == CompressionType.SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data)) if snappy_raw else _snappy_compress_xerial(data)
+    if codec == CompressionType.LZ4:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == CompressionType.ZSTD:
+        return bytes(cramjam.zstd.compress(data))
+    raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
