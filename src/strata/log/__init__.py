@@ -1,0 +1,1 @@
+"""The local log in Kafka's on-disk format, byte for byte."""
