@@ -8,6 +8,7 @@ from strata.protocol.records.batch import (
     NO_SEQUENCE,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     TimestampType,
     compute_crc,
@@ -34,7 +35,8 @@ from strata.protocol.records.record import (
 
 __all__ = [
     "LOG_OVERHEAD", "NO_PARTITION_LEADER_EPOCH", "NO_PRODUCER_EPOCH", "NO_PRODUCER_ID", "NO_SEQUENCE",
-    "NO_TIMESTAMP", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "BatchHeader", "CompressionType",
+    "NO_TIMESTAMP", "RECORD_BATCH_OVERHEAD", "TIMESTAMP_TYPE_MASK", "BatchBuilder", "BatchHeader",
+    "CompressionType",
     "ControlRecord", "ControlRecordType", "DecodedBatch", "Record", "TimestampType", "build_batch",
     "build_control_batch", "compress", "compute_crc", "decode_batch", "decode_records", "decompress",
     "ensure_valid", "is_crc_valid", "iter_batches", "parse_control_record", "parse_header", "reseal_crc",

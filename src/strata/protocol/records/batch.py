@@ -135,8 +135,14 @@ class BatchHeader(NamedTuple):
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
-def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Decode the header at ``position``; checks framing and magic, not the CRC."""
+def parse_header(
+    buf: bytes | bytearray | memoryview, position: int = 0, *, require_whole_batch: bool = True
+) -> BatchHeader:
+    """Decode the header at ``position``; checks framing and magic, not the CRC.
+
+    ``require_whole_batch=False`` accepts a buffer holding only the 61 header bytes (file scans
+    that ``pread`` headers and check the batch end against the file size themselves).
+    """
     remaining = len(buf) - position
     if remaining < LOG_OVERHEAD:
         raise TruncatedBatchError(f"{remaining} bytes left, fewer than the 12-byte batch framing", position)
@@ -151,7 +157,7 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
         raise CorruptRecordError(f"invalid magic {magic} at offset {base_offset}", position)
     if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
         raise CorruptRecordError(f"batch length {length} is below the v2 minimum of 49", position)
-    if remaining < size:
+    if remaining < (size if require_whole_batch else RECORD_BATCH_OVERHEAD):
         raise TruncatedBatchError(f"batch of {size} bytes but only {remaining} bytes left", position)
     header = BatchHeader._make(_HEADER.unpack_from(buf, position))
     if header.last_offset_delta < 0 or header.records_count < 0:

@@ -65,7 +65,7 @@ class BatchBuilder:
         self.base_sequence = base_sequence
         self.transactional = transactional
         self.control = control
-        self.timestamp_type = timestamp_type
+        self.timestamp_type = TimestampType(timestamp_type)  # a plain int 1 must not be ignored
         self.log_append_time = log_append_time
         self.snappy_raw = snappy_raw
         self._body = bytearray()
@@ -122,7 +122,9 @@ class BatchBuilder:
         payload = compress(self.compression, self._body, snappy_raw=self.snappy_raw)
         size = RECORD_BATCH_OVERHEAD + len(payload)
         out = bytearray(size)
-        _HEADER_PREFIX.pack_into(out, 0, self.base_offset, size - 12, self.partition_leader_epoch, CURRENT_MAGIC)
+        _HEADER_PREFIX.pack_into(
+            out, 0, self.base_offset, size - 12, self.partition_leader_epoch, CURRENT_MAGIC
+        )
         _HEADER_REST.pack_into(
             out, 17, 0, attributes, self._last_delta, self._base_timestamp or 0, max_timestamp,
             self.producer_id, self.producer_epoch, self.base_sequence, self._count,

@@ -67,6 +67,18 @@ def _snappy_compress_xerial(data: bytes | memoryview) -> bytes:
     return b"".join(parts)
 
 
+def _lz4_compress_frame(data: bytes | memoryview) -> bytes:
+    """An LZ4 frame with independent blocks (FLG bit 5 set).
+
+    ``cramjam.lz4.compress`` writes linked blocks, which the Java client and broker reject
+    ("Dependent block stream is unsupported"); Kafka's own writer and every other client use
+    independent blocks.
+    """
+    compressor = cramjam.lz4.Compressor(block_linked=False)
+    compressor.compress(data if isinstance(data, bytes) else bytes(data))  # it takes only bytes
+    return bytes(compressor.finish())
+
+
 def decompress(codec: int, data: bytes | memoryview) -> bytes:
     """Inflate a batch's records section; any codec failure is a CorruptRecordError."""
     try:
@@ -95,7 +107,7 @@ def compress(codec: int, data: bytes | memoryview, *, snappy_raw: bool = False) 
     if codec == CompressionType.SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data)) if snappy_raw else _snappy_compress_xerial(data)
     if codec == CompressionType.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return _lz4_compress_frame(data)
     if codec == CompressionType.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")

@@ -118,10 +118,11 @@ def decode_records(header: BatchHeader, payload: bytes | memoryview) -> list[Rec
                 raise CorruptRecordError("header key is not UTF-8", position) from None
         if position != end:
             raise CorruptRecordError(f"record length {length} does not match its fields", position)
+        timestamp = log_append_time if log_append_time is not None else header.base_timestamp + ts_delta
         records.append(
             Record(
                 offset=header.base_offset + offset_delta,
-                timestamp=log_append_time if log_append_time is not None else header.base_timestamp + ts_delta,
+                timestamp=timestamp,
                 key=key,
                 value=value,
                 headers=tuple(headers),

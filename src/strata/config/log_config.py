@@ -1,0 +1,126 @@
+"""Topic-level log configuration: Kafka's ``LogConfig`` keys, defaults and validation rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from strata.config.defs import ConfigDef, ConfigKey, at_least, between, list_of, one_of
+from strata.errors import InvalidConfigError
+
+DAY_MS = 24 * 60 * 60 * 1000
+
+LOG_CONFIG_DEF = ConfigDef([
+    ConfigKey("segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Roll a segment at this size"),
+    ConfigKey("segment.ms", "long", 7 * DAY_MS, at_least(1), "Roll a segment this old (by batch timestamps)"),
+    ConfigKey("segment.jitter.ms", "long", 0, at_least(0), "Random slack subtracted from segment.ms per segment"),
+    ConfigKey("segment.index.bytes", "int", 10 * 1024 * 1024, at_least(4), "Preallocated index file size"),
+    ConfigKey("index.interval.bytes", "int", 4096, at_least(0), "Bytes between offset-index entries"),
+    ConfigKey("retention.ms", "long", 7 * DAY_MS, at_least(-1), "Delete segments older than this; -1 keeps all"),
+    ConfigKey("retention.bytes", "long", -1, at_least(-1), "Cap on the partition size; -1 means none"),
+    ConfigKey("local.retention.ms", "long", -2, at_least(-2), "Local-tier retention; -2 = retention.ms"),
+    ConfigKey("local.retention.bytes", "long", -2, at_least(-2), "Local-tier size cap; -2 = retention.bytes"),
+    ConfigKey("remote.storage.enable", "bool", False, None, "Tier this topic's rolled segments"),
+    ConfigKey("remote.log.copy.disable", "bool", False, None, "Stop copying; remote data becomes read-only"),
+    ConfigKey("remote.log.delete.on.disable", "bool", False, None, "Delete remote data when tiering is disabled"),
+    ConfigKey("file.delete.delay.ms", "long", 60_000, at_least(0), "Delay before .deleted files are removed"),
+    ConfigKey("max.message.bytes", "int", 1_048_588, at_least(0), "Largest record batch accepted"),
+    ConfigKey("message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"), ""),
+    ConfigKey("message.timestamp.before.max.ms", "long", 2**63 - 1, at_least(0), ""),
+    ConfigKey("message.timestamp.after.max.ms", "long", 2**63 - 1, at_least(0), ""),
+    ConfigKey("cleanup.policy", "list", ["delete"], list_of("delete", "compact"), ""),
+    ConfigKey("compression.type", "string", "producer",
+              one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), ""),
+    ConfigKey("flush.messages", "long", 2**63 - 1, at_least(1), "fsync after this many messages"),
+    ConfigKey("flush.ms", "long", 2**63 - 1, at_least(0), "fsync after this long"),
+    ConfigKey("min.insync.replicas", "int", 1, at_least(1), ""),
+    ConfigKey("preallocate", "bool", False, None, "Accepted for compatibility; segments are not preallocated"),
+    ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, between(0, 1), "Accepted for compatibility"),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * DAY_MS
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    remote_storage_enable: bool = False
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    file_delete_delay_ms: int = 60_000
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 2**63 - 1
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    compression_type: str = "producer"
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
+    min_insync_replicas: int = 1
+    preallocate: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, object], *, allow_unknown: bool = False) -> LogConfig:
+        """Parse Kafka topic config keys; unknown keys and invalid values raise InvalidConfigError."""
+        parsed = LOG_CONFIG_DEF.parse(props, allow_unknown=allow_unknown)
+        values: dict[str, Any] = {name.replace(".", "_"): value for name, value in parsed.items()}
+        values["cleanup_policy"] = tuple(values["cleanup_policy"])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def to_props(self) -> dict[str, str]:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool):
+                value = str(value).lower()
+            elif isinstance(value, tuple):
+                value = ",".join(value)
+            out[f.name.replace("_", ".")] = str(value)
+        return out
+
+    def with_overrides(self, props: Mapping[str, object]) -> LogConfig:
+        merged = self.to_props()
+        merged.update({k: str(v) if not isinstance(v, str) else v for k, v in props.items()})
+        return LogConfig.from_props(merged)
+
+    def validate(self) -> None:
+        """Cross-key rules from Kafka's ``LogConfig.validate*``."""
+        if self.remote_storage_enable and "compact" in self.cleanup_policy:
+            raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+        for local, total, name in (
+            (self.local_retention_ms, self.retention_ms, "local.retention.ms"),
+            (self.local_retention_bytes, self.retention_bytes, "local.retention.bytes"),
+        ):
+            if total != -1 and local != -2:
+                if local == -1:
+                    raise InvalidConfigError(f"Value must not be -1 as {name.replace('local.', '')} value is set "
+                                             f"as {total}: {name}")
+                if local > total:
+                    raise InvalidConfigError(f"Value must not be more than {name.replace('local.', '')} "
+                                             f"property value: {local} > {total}: {name}")
+
+    @property
+    def local_retention_ms_effective(self) -> int:
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def local_retention_bytes_effective(self) -> int:
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def max_index_entries(self) -> int:
+        return self.segment_index_bytes // 8

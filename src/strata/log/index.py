@@ -1,0 +1,186 @@
+"""Fixed-size-entry index files shared by ``.index`` and ``.timeindex`` (Kafka's AbstractIndex).
+
+The active segment's index is preallocated to ``segment.index.bytes`` (rounded down to whole
+entries) and memory-mapped, so an append is a ``struct.pack_into``; on roll it is trimmed to its
+entries, as Kafka does, and from then on is immutable. Rolled indexes are read lazily into
+``bytes`` instead of staying mapped: a Python ``mmap`` holds a file descriptor, and a tiered
+partition can have thousands of rolled segments.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from strata.log.errors import CorruptIndexError, IndexFullError
+
+
+class IndexFile:
+    entry_size: int = 0
+    _entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int = -1, writable: bool = False) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._mm: mmap.mmap | None = None
+        self._data: bytes | None = None
+        self._entries = 0
+        self._max_entries = 0
+        if writable:
+            self._open_writable(max_index_size)
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _open_writable(self, max_index_size: int) -> None:
+        """Map the file; a new file is preallocated, an existing one keeps its entries."""
+        existed = self.path.exists()
+        with open(self.path, "a+b") as f:
+            length = os.fstat(f.fileno()).st_size
+            entries = length // self.entry_size if existed else 0
+            target = max(self._round_down(max_index_size), entries * self.entry_size)
+            if target != length:
+                os.ftruncate(f.fileno(), target)
+            self._max_entries = target // self.entry_size
+            self._entries = entries
+            self._mm = mmap.mmap(f.fileno(), target) if target > 0 else None
+
+    def _round_down(self, size: int) -> int:
+        return max(size, 0) // self.entry_size * self.entry_size
+
+    def _buffer(self) -> bytes | mmap.mmap:
+        if self._mm is not None:
+            return self._mm
+        if self._data is None:
+            try:
+                self._data = self.path.read_bytes()
+            except FileNotFoundError:
+                self._data = b""
+            self._entries = len(self._data) // self.entry_size
+            self._max_entries = self._entries
+        return self._data
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        self._buffer()
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        self._buffer()
+        return self._max_entries
+
+    @property
+    def writable(self) -> bool:
+        return self._mm is not None
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.entries * self.entry_size
+
+    def raw_entry(self, n: int) -> tuple[int, ...]:
+        return self._entry.unpack_from(self._buffer(), n * self.entry_size)
+
+    def _bisect(self, key_index: int, target: int, relative: bool) -> int:
+        """Index of the last entry whose field ``key_index`` is <= target, or -1 (binary search)."""
+        buf = self._buffer()
+        unpack = self._entry.unpack_from
+        size = self.entry_size
+        if relative:
+            target -= self.base_offset
+        lo, hi = 0, self._entries - 1
+        if hi < 0 or unpack(buf, 0)[key_index] > target:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if unpack(buf, mid * size)[key_index] <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _bisect_ceiling(self, key_index: int, target: int) -> int:
+        """Index of the first entry whose field ``key_index`` is >= target, or -1."""
+        floor = self._bisect(key_index, target, relative=False)
+        if floor >= 0 and self.raw_entry(floor)[key_index] == target:
+            return floor
+        nxt = floor + 1
+        return nxt if nxt < self._entries else -1
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _write_entry(self, *fields: int) -> None:
+        if self._mm is None:
+            raise IndexFullError(f"index {self.path.name} is not open for appends")
+        if self._entries >= self._max_entries:
+            raise IndexFullError(f"attempt to append to a full index (size = {self._entries})")
+        self._entry.pack_into(self._mm, self._entries * self.entry_size, *fields)
+        self._entries += 1
+
+    def _truncate_to_entries(self, n: int) -> None:
+        self._buffer()
+        self._entries = n
+        if self._mm is None:
+            with open(self.path, "r+b") as f:
+                os.ftruncate(f.fileno(), n * self.entry_size)
+            self._data = None
+
+    def truncate(self) -> None:
+        self._truncate_to_entries(0)
+
+    def flush(self) -> None:
+        if self._mm is not None:
+            self._mm.flush()
+
+    def resize(self, max_index_size: int) -> None:
+        """Make the index writable with room up to ``max_index_size`` (the active segment on load)."""
+        entries = self.entries
+        self.close()
+        self._data = None
+        self._open_writable(max(self._round_down(max_index_size), entries * self.entry_size))
+        self._entries = entries
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to its entries and drop the mapping: the segment became inactive."""
+        if self._mm is None:
+            return
+        n = self._entries
+        data = bytes(self._mm[: n * self.entry_size])
+        self._mm.flush()
+        self._mm.close()
+        self._mm = None
+        with open(self.path, "r+b") as f:
+            os.ftruncate(f.fileno(), n * self.entry_size)
+            os.fsync(f.fileno())
+        self._data = data
+        self._entries = self._max_entries = n
+
+    def close(self) -> None:
+        if self._mm is not None:
+            self._mm.flush()
+            self._mm.close()
+            self._mm = None
+        self._data = None
+
+    def rename_to(self, path: Path) -> None:
+        if self.path.exists():
+            os.replace(self.path, path)
+        self.path = path
+
+    def delete_if_exists(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def _check_length(self) -> None:
+        length = self.path.stat().st_size if self._mm is None else len(self._mm)
+        if length % self.entry_size:
+            raise CorruptIndexError(
+                f"index file {self.path} has size {length}, not a multiple of the entry size {self.entry_size}"
+            )

@@ -1,0 +1,177 @@
+"""Open a partition directory: Kafka's ``LogLoader``.
+
+1. Remove leftovers: ``.deleted`` files (deletion was already decided), ``.cleaned``/``.swap``
+   (we never compact, so they are never ours to resume), ``.tmp`` checkpoint halves, and index
+   files with no ``.log``.
+2. Open every segment; one whose indexes are missing or fail the sanity check is rebuilt.
+3. After an unclean shutdown, recover every segment from the recovery point: re-check every
+   batch's CRC, rebuild the indexes, cut a torn tail, and drop any segment after a corrupt one
+   (its offsets could no longer be contiguous).
+4. Rebuild producer state from the newest snapshot by replaying what follows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from strata.common import Clock, Scheduler, TopicPartition
+from strata.config import LogConfig
+from strata.errors import KafkaStorageError
+from strata.log.checkpoints import LeaderEpochCheckpointFile
+from strata.log.errors import CorruptIndexError
+from strata.log.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    offset_from_file_name,
+)
+from strata.log.leader_epoch import LeaderEpochFileCache
+from strata.log.local_log import LocalLog
+from strata.log.partition_log import PartitionLog
+from strata.log.producer_state import AppendOrigin, ProducerStateManager
+from strata.log.producers import apply_producer_updates, validate_producers
+from strata.log.segment import LogSegment
+from strata.log.segments import LogSegments
+from strata.protocol.records import BatchHeader
+
+log = logging.getLogger(__name__)
+
+
+def load_partition_log(
+    directory: Path,
+    topic_partition: TopicPartition,
+    config: LogConfig,
+    clock: Clock,
+    scheduler: Scheduler,
+    *,
+    log_start_offset: int = 0,
+    recovery_point: int = 0,
+    high_watermark: int | None = None,
+    had_clean_shutdown: bool = False,
+    remote_log_enabled: bool = False,
+    producer_id_expiration_ms: int = 86_400_000,
+) -> PartitionLog:
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_temporary_files(directory)
+    epochs = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
+    producer_state = ProducerStateManager(directory, clock, producer_id_expiration_ms)
+    segments = _open_segments(directory, config, clock)
+    recovered: set[int] = set()
+    if not had_clean_shutdown and len(segments):
+        recovered = _recover_unflushed(segments, recovery_point, epochs, producer_state)
+    if not len(segments):
+        segments.add(LogSegment(directory, log_start_offset, config, clock, create=True))
+    active = segments.active
+    if not active.offset_index.writable:
+        active.resize_indexes(config.segment_index_bytes)
+    next_offset = active.read_next_offset()
+    if recovered:
+        for segment in segments:
+            if segment.base_offset in recovered:
+                segment.flush()
+        recovery_point = next_offset
+    recovery_point = min(recovery_point, next_offset) if not had_clean_shutdown else next_offset
+    first_base = segments.first.base_offset  # type: ignore[union-attr]
+    effective_start = log_start_offset if remote_log_enabled else max(log_start_offset, first_base)
+    epochs.truncate_from_end(next_offset)
+    epochs.truncate_from_start(effective_start)
+    local_log = LocalLog(directory, config, segments, recovery_point, next_offset, clock, scheduler)
+    _rebuild_producer_state(local_log, producer_state, effective_start, recovered)
+    return PartitionLog(topic_partition, local_log, effective_start, producer_state, epochs, clock, scheduler,
+                        high_watermark=high_watermark, remote_log_enabled=remote_log_enabled)
+
+
+def _remove_temporary_files(directory: Path) -> None:
+    logs = {p.name[: -len(LOG_SUFFIX)] for p in directory.glob(f"*{LOG_SUFFIX}")}
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            log.info("removing leftover file %s", path)
+            path.unlink(missing_ok=True)
+        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)) and name.split(".")[0] not in logs:
+            log.warning("removing index file %s that has no log file", path)
+            path.unlink(missing_ok=True)
+
+
+def _open_segments(directory: Path, config: LogConfig, clock: Clock) -> LogSegments:
+    segments = LogSegments()
+    for path in sorted(directory.glob(f"*{LOG_SUFFIX}")):
+        try:
+            base = offset_from_file_name(path.name)
+        except ValueError:
+            log.warning("ignoring %s: not named after an offset", path)
+            continue
+        segment = LogSegment(directory, base, config, clock)
+        try:
+            segment.sanity_check()
+        except (CorruptIndexError, KafkaStorageError) as e:
+            log.warning("rebuilding the indexes of %s: %s", path, e)
+            truncated = segment.recover()
+            if truncated:
+                log.warning("truncated %d invalid bytes from %s while rebuilding its indexes", truncated, path)
+        segments.add(segment)
+    return segments
+
+
+def _recover_unflushed(segments: LogSegments, recovery_point: int, epochs: LeaderEpochFileCache,
+                       producer_state: ProducerStateManager) -> set[int]:
+    """Recover segments from the one holding the recovery point; returns their base offsets."""
+    unflushed = segments.values_from(recovery_point)
+    if not unflushed:
+        return set()
+    first_base = unflushed[0].base_offset
+    # Snapshots newer than the first recovered offset describe data we are about to re-check:
+    # rebuild that state from the recovered log instead (Kafka deletes them the same way).
+    for offset in producer_state.snapshot_offsets():
+        if offset > first_base:
+            marked = producer_state.remove_and_mark_snapshot_for_deletion(offset)
+            if marked is not None:
+                marked.unlink(missing_ok=True)
+    epochs.truncate_from_end(first_base)
+
+    def assign_epoch(_segment: LogSegment, header: BatchHeader, _batch: memoryview) -> None:
+        if header.partition_leader_epoch >= 0:
+            epochs.assign(header.partition_leader_epoch, header.base_offset)
+
+    recovered = set()
+    for i, segment in enumerate(unflushed):
+        log.info("recovering unflushed segment %d of %s", segment.base_offset, segment.dir.name)
+        truncated = segment.recover(assign_epoch)
+        recovered.add(segment.base_offset)
+        if truncated:
+            log.warning("truncated %d bytes of invalid data from segment %d of %s",
+                        truncated, segment.base_offset, segment.dir.name)
+            for later in unflushed[i + 1:]:
+                log.warning("deleting segment %d after the corrupt one", later.base_offset)
+                segments.remove(later.base_offset)
+                later.delete_if_exists()
+            break
+    return recovered
+
+
+def _rebuild_producer_state(local_log: LocalLog, state: ProducerStateManager, log_start_offset: int,
+                            recovered: set[int]) -> None:
+    """Newest snapshot at or below the log end, then replay the batches after it."""
+    end = local_log.log_end_offset
+    state.truncate_and_reload(log_start_offset, end)
+    start = max(state.map_end_offset, log_start_offset)
+    if start >= end:
+        state.update_map_end_offset(end)
+        return
+    for segment in local_log.segments.values_from(start):
+        position = segment.offset_index.lookup(start).position if start > segment.base_offset else 0
+        txn_target = segment if segment.base_offset in recovered else None
+        for pos, header, batch in segment.log.iter_batches(position, verify_crc=False):
+            if header.last_offset < start:
+                continue
+            updates = validate_producers(state, batch, [(0, header)], AppendOrigin.REPLICATION)
+            apply_producer_updates(state, updates, txn_target)
+            state.update_map_end_offset(header.next_offset)
+            del pos
+    state.update_map_end_offset(end)

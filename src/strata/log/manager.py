@@ -1,0 +1,190 @@
+"""``LogManager``: every partition log under ``log.dirs``, with Kafka's per-directory files.
+
+Per log directory: ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``replication-offset-checkpoint`` (high watermarks) and the ``.kafka_cleanshutdown`` marker. The
+marker is written last on a clean shutdown and removed right after startup, so its presence at
+the next start proves every log was flushed and closed, which lets loading skip recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from strata.common import Clock, Scheduler, TopicPartition
+from strata.config import LogConfig
+from strata.errors import KafkaStorageError
+from strata.log.checkpoints import OffsetCheckpointFile, PartitionMetadataFile, atomic_write
+from strata.log.files import (
+    CLEAN_SHUTDOWN_MARKER,
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+from strata.log.loader import load_partition_log
+from strata.log.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_DELETE_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-delete$")
+DELETE_DIR_SUFFIX = "-delete"
+
+ConfigFor = Callable[[str], LogConfig]
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    match = _PARTITION_DIR.match(name)
+    if match is None or "." in name.rsplit("-", 1)[1]:
+        return None
+    return TopicPartition(match["topic"], int(match["partition"]))
+
+
+class LogManager:
+    def __init__(self, log_dirs: Iterable[Path], config_for: ConfigFor, clock: Clock, scheduler: Scheduler,
+                 *, remote_log_enabled_for: Callable[[str], bool] | None = None) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise KafkaStorageError("log.dirs is empty")
+        self._config_for = config_for
+        self._remote_enabled = remote_log_enabled_for or (lambda _topic: False)
+        self._clock = clock
+        self._scheduler = scheduler
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # -- startup and shutdown ------------------------------------------------------------------
+
+    def startup(self) -> None:
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._load_dir(log_dir)
+        self.checkpoint()
+
+    def _load_dir(self, log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        self.had_clean_shutdown[log_dir] = clean
+        if not clean:
+            log.warning("no clean shutdown marker in %s: recovering logs from their recovery points", log_dir)
+        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+        log_starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+        high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).read()
+        for path in sorted(log_dir.iterdir()):
+            if not path.is_dir():
+                continue
+            if path.name.endswith(DELETE_DIR_SUFFIX):
+                self._schedule_dir_removal(path, 0)
+                continue
+            tp = parse_partition_dir(path.name)
+            if tp is None:
+                continue
+            if tp in self._logs:
+                raise KafkaStorageError(f"duplicate log directories for {tp}: {self._dir_of[tp]} and {path}")
+            self._logs[tp] = load_partition_log(
+                path, tp, self._config_for(tp.topic), self._clock, self._scheduler,
+                log_start_offset=log_starts.get(tp, 0), recovery_point=recovery_points.get(tp, 0),
+                high_watermark=high_watermarks.get(tp), had_clean_shutdown=clean,
+                remote_log_enabled=self._remote_enabled(tp.topic),
+            )
+            self._dir_of[tp] = log_dir
+        marker.unlink(missing_ok=True)
+
+    def shutdown(self) -> None:
+        """Close every log, write the checkpoints, then the clean shutdown marker per directory."""
+        failed: set[Path] = set()
+        for tp, plog in self._logs.items():
+            try:
+                plog.close()
+            except (OSError, KafkaStorageError) as e:
+                log.error("failed to close %s cleanly: %s", tp, e)
+                failed.add(self._dir_of[tp])
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            if log_dir not in failed:
+                atomic_write(log_dir / CLEAN_SHUTDOWN_MARKER, b'{"version":0,"BrokerEpoch":-1}')
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    @property
+    def logs(self) -> dict[TopicPartition, PartitionLog]:
+        return dict(self._logs)
+
+    def get_log(self, tp: TopicPartition) -> PartitionLog | None:
+        return self._logs.get(tp)
+
+    def get_or_create_log(self, tp: TopicPartition, topic_id: uuid.UUID | None = None,
+                          config: LogConfig | None = None) -> PartitionLog:
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        log_dir = self._next_log_dir()
+        path = log_dir / str(tp)
+        path.mkdir(parents=True, exist_ok=True)
+        if topic_id is not None:
+            PartitionMetadataFile(path / PARTITION_METADATA).write(topic_id)
+        plog = load_partition_log(path, tp, config or self._config_for(tp.topic), self._clock, self._scheduler,
+                                  had_clean_shutdown=True, remote_log_enabled=self._remote_enabled(tp.topic))
+        self._logs[tp] = plog
+        self._dir_of[tp] = log_dir
+        log.info("created log for %s in %s", tp, log_dir)
+        return plog
+
+    def _next_log_dir(self) -> Path:
+        """The directory holding the fewest partitions (Kafka's default placement)."""
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for d in self._dir_of.values():
+            counts[d] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Rename to ``<topic>-<p>.<uuid>-delete`` at once, remove after ``file.delete.delay.ms``."""
+        plog = self._logs.pop(tp, None)
+        if plog is None:
+            return
+        self._dir_of.pop(tp, None)
+        plog.local_log.close_handlers()
+        target = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        plog.dir.rename(target)
+        self._schedule_dir_removal(target, plog.config.file_delete_delay_ms)
+        self.checkpoint()
+
+    def _schedule_dir_removal(self, path: Path, delay_ms: int) -> None:
+        self._scheduler.schedule(f"delete-dir-{path.name}", lambda: shutil.rmtree(path, ignore_errors=True),
+                                 delay_ms)
+
+    # -- periodic work -------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write recovery points, log start offsets and high watermarks of every log, per directory."""
+        for log_dir in self.log_dirs:
+            mine = {tp: plog for tp, plog in self._logs.items() if self._dir_of.get(tp) == log_dir}
+            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+                {tp: p.recovery_point for tp, p in mine.items()})
+            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+                {tp: p.log_start_offset for tp, p in mine.items() if p.log_start_offset > 0})
+            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
+                {tp: p.high_watermark for tp, p in mine.items()})
+
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log (``log.retention.check.interval.ms``)."""
+        deleted = 0
+        for tp, plog in list(self._logs.items()):
+            try:
+                deleted += plog.delete_old_segments()
+            except KafkaStorageError as e:
+                log.error("retention of %s failed: %s", tp, e)
+        return deleted
+
+    def flush_dirty_logs(self) -> None:
+        """fsync logs whose ``flush.ms`` elapsed since their last flush."""
+        now = self._clock.milliseconds()
+        for plog in self._logs.values():
+            if now - plog.local_log.last_flush_ms >= plog.config.flush_ms:
+                plog.flush()

@@ -1,0 +1,332 @@
+"""``PartitionLog``: the UnifiedLog role. One partition's log with every offset Kafka tracks.
+
+    log_start_offset <= local_log_start_offset <= high_watermark <= log_end_offset
+         (both tiers)       (first local offset)     (visible to consumers)
+
+``last_stable_offset`` further bounds ``read_committed`` readers while transactions are open, and
+``highest_offset_in_remote_storage`` (set by the tiering layer) gates local deletion: with tiering
+on, a segment leaves the local disk only once its last offset is in remote storage.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import IntEnum
+from pathlib import Path
+
+from strata.common import Clock, Scheduler, TopicPartition
+from strata.config import LogConfig
+from strata.errors import OffsetOutOfRangeError
+from strata.log import retention
+from strata.log.file_records import FetchDataInfo, LogOffsetMetadata
+from strata.log.leader_epoch import LeaderEpochFileCache
+from strata.log.local_log import LocalLog
+from strata.log.producer_state import AppendOrigin, ProducerStateManager
+from strata.log.producers import apply_producer_updates, validate_producers
+from strata.log.segment import LogSegment, RollParams, TimestampAndOffset
+from strata.log.txn_index import AbortedTxn
+from strata.log.validator import (
+    LogAppendInfo,
+    analyze_and_validate,
+    assign_offsets,
+    header_append_info,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FetchIsolation(IntEnum):
+    LOG_END = 0  # followers and internal readers
+    HIGH_WATERMARK = 1  # read_uncommitted consumers
+    TXN_COMMITTED = 2  # read_committed consumers
+
+
+class ListOffsetsSpec(IntEnum):
+    """Kafka's special ListOffsets timestamps."""
+
+    LATEST = -1
+    EARLIEST = -2
+    MAX_TIMESTAMP = -3
+    EARLIEST_LOCAL = -4
+    LATEST_TIERED = -5
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        local_log: LocalLog,
+        log_start_offset: int,
+        producer_state: ProducerStateManager,
+        leader_epoch_cache: LeaderEpochFileCache,
+        clock: Clock,
+        scheduler: Scheduler,
+        *,
+        high_watermark: int | None = None,
+        remote_log_enabled: bool = False,
+    ) -> None:
+        self.topic_partition = topic_partition
+        self.local_log = local_log
+        self.producer_state = producer_state
+        self.leader_epoch_cache = leader_epoch_cache
+        self._clock = clock
+        self._scheduler = scheduler
+        self.remote_log_enabled = remote_log_enabled
+        first_local = local_log.segments.active.base_offset if not local_log.segments.first else \
+            local_log.segments.first.base_offset  # type: ignore[union-attr]
+        self.log_start_offset = log_start_offset if remote_log_enabled else max(log_start_offset, first_local)
+        self.local_log_start_offset = max(first_local, self.log_start_offset)
+        self.highest_offset_in_remote_storage = -1
+        self._high_watermark = LogOffsetMetadata(self.log_start_offset)
+        self.update_high_watermark(self.log_end_offset if high_watermark is None else high_watermark)
+        self._unflushed_messages = 0
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self.local_log.dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self.local_log.config
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.local_log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark.message_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self.local_log.recovery_point
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.local_log.segments.size_in_bytes()
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self.local_log.segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped to ``[log_start_offset, log_end_offset]``; returns the value kept."""
+        bounded = max(self.log_start_offset, min(offset, self.log_end_offset))
+        self._high_watermark = LogOffsetMetadata(bounded)
+        return bounded
+
+    def update_config(self, config: LogConfig) -> None:
+        self.local_log.update_config(config)
+
+    # -- append --------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Validate, assign offsets, append; the HW is left to the caller (replication decides it)."""
+        now = self._clock.milliseconds()
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        batches = analyze_and_validate(buf, self.config, origin, now)
+        info = assign_offsets(buf, batches, self.log_end_offset, leader_epoch, self.config, now)
+        return self._append(buf, info, origin)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches whose offsets are already assigned (replication, tools, recovery tests)."""
+        now = self._clock.milliseconds()
+        batches = analyze_and_validate(records, self.config, AppendOrigin.REPLICATION, now)
+        first = batches[0][1].base_offset
+        if first < self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"out of order append at {first} to {self.topic_partition}: log end offset is {self.log_end_offset}"
+            )
+        return self._append(records, header_append_info(batches, len(records)), AppendOrigin.REPLICATION)
+
+    def _append(self, buf: bytes | bytearray | memoryview, info: LogAppendInfo,
+                origin: AppendOrigin) -> LogAppendInfo:
+        updates = validate_producers(self.producer_state, buf, info.batches, origin)
+        if updates.duplicate is not None:
+            dup = updates.duplicate
+            info.first_offset = dup.last_offset - dup.offset_delta
+            info.last_offset = dup.last_offset
+            info.max_timestamp = dup.timestamp
+            info.duplicate = True
+            info.log_start_offset = self.log_start_offset
+            return info
+        self._maybe_roll(len(buf), info)
+        segment = self.local_log.segments.active
+        self.local_log.append(info.last_offset, buf, info.batches)
+        for _, header in info.batches:
+            if header.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        apply_producer_updates(self.producer_state, updates, segment)
+        self.producer_state.update_map_end_offset(info.last_offset + 1)
+        info.log_start_offset = self.log_start_offset
+        self._unflushed_messages += info.num_messages
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return info
+
+    def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> None:
+        segment = self.local_log.segments.active
+        params = RollParams(info.max_timestamp, info.last_offset, messages_size, self._clock.milliseconds())
+        if segment.should_roll(params):
+            self.roll(info.first_offset)
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """New active segment; snapshot producer state at its base; flush the old one in the background."""
+        new_segment = self.local_log.roll(expected_next_offset)
+        self.producer_state.update_map_end_offset(new_segment.base_offset)
+        self.producer_state.take_snapshot()
+        base = new_segment.base_offset
+        self._scheduler.schedule(f"flush-{self.topic_partition}", lambda: self._flush_quietly(base))
+        return new_segment
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_length: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Local read; an offset below ``local_log_start_offset`` raises OffsetOutOfRangeError."""
+        if isolation is FetchIsolation.LOG_END:
+            max_metadata = self.local_log.log_end_offset_metadata
+        else:
+            bound = self.high_watermark if isolation is FetchIsolation.HIGH_WATERMARK else self.last_stable_offset
+            max_metadata = LogOffsetMetadata(bound)
+        return self.local_log.read(start_offset, max_length, min_one_message, max_metadata,
+                                   self.local_log_start_offset)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        aborted: list[AbortedTxn] = []
+        for segment in self.local_log.segments.values_from(start_offset):
+            found, complete = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            aborted.extend(found)
+            if complete:
+                break
+        return aborted
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets for one partition (the special values of :class:`ListOffsetsSpec` included)."""
+        epoch_of = self.leader_epoch_cache.epoch_for_offset
+        if timestamp == ListOffsetsSpec.EARLIEST:
+            return TimestampAndOffset(-1, self.log_start_offset, epoch_of(self.log_start_offset))
+        if timestamp == ListOffsetsSpec.EARLIEST_LOCAL:
+            return TimestampAndOffset(-1, self.local_log_start_offset, epoch_of(self.local_log_start_offset))
+        if timestamp == ListOffsetsSpec.LATEST:
+            return TimestampAndOffset(-1, self.log_end_offset, self.leader_epoch_cache.latest_epoch)
+        if timestamp == ListOffsetsSpec.LATEST_TIERED:
+            offset = self.highest_offset_in_remote_storage
+            return TimestampAndOffset(-1, offset, epoch_of(offset) if offset >= 0 else None)
+        if timestamp == ListOffsetsSpec.MAX_TIMESTAMP:
+            return self._max_timestamp_offset()
+        for segment in self.local_log.segments:
+            if segment.largest_timestamp >= timestamp and segment.size > 0:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def _max_timestamp_offset(self) -> TimestampAndOffset | None:
+        best: LogSegment | None = None
+        for segment in self.local_log.segments:
+            if segment.size and (best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far):
+                best = segment
+        if best is None:
+            return None
+        ts = best.max_timestamp_and_offset_so_far
+        found = best.find_offset_by_timestamp(ts.timestamp, self.log_start_offset)
+        return found if found is not None else TimestampAndOffset(ts.timestamp, ts.offset, None)
+
+    # -- retention and log start ---------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Apply ``retention.ms``, ``retention.bytes`` (local variants when tiered) and the log start."""
+        if "delete" not in self.config.cleanup_policy:
+            return self._delete_segments(retention.log_start_breached(self._retention_view()), "log start")
+        view = self._retention_view()
+        deleted = self._delete_segments(retention.time_breached(view, self._clock.milliseconds()),
+                                         "retention time breach")
+        deleted += self._delete_segments(retention.size_breached(self._retention_view()), "retention size breach")
+        deleted += self._delete_segments(retention.log_start_breached(self._retention_view()),
+                                         "log start offset breach")
+        return deleted
+
+    def _retention_view(self) -> retention.RetentionView:
+        return retention.RetentionView(
+            segments=list(self.local_log.segments), log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark, log_start_offset=self.log_start_offset,
+            local_log_start_offset=self.local_log_start_offset, config=self.config,
+            remote_log_enabled=self.remote_log_enabled,
+            highest_offset_in_remote_storage=self.highest_offset_in_remote_storage,
+        )
+
+    def _delete_segments(self, deletable: list[LogSegment], reason: str) -> int:
+        if not deletable:
+            return 0
+        if len(deletable) == len(self.local_log.segments):
+            new_segment = self.roll()  # a log always keeps one (active) segment
+            if deletable[-1].base_offset == new_segment.base_offset:
+                deletable = deletable[:-1]
+        self.local_log.remove_and_delete_segments(deletable, reason)
+        for segment in deletable:
+            marked = self.producer_state.remove_and_mark_snapshot_for_deletion(segment.base_offset)
+            if marked is not None:
+                self._scheduler.schedule(f"delete-{marked.name}", lambda p=marked: p.unlink(missing_ok=True),
+                                         self.config.file_delete_delay_ms)
+        first = self.local_log.segments.active.base_offset if self.local_log.segments.first is None else \
+            self.local_log.segments.first.base_offset
+        self.local_log_start_offset = max(self.local_log_start_offset, first)
+        if not self.remote_log_enabled:
+            self._increment_log_start_offset(first)
+        return len(deletable)
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start to ``offset`` (at most the HW); returns the new log start."""
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot increment the log start offset of {self.topic_partition} to {offset}: it is "
+                f"above the high watermark {self.high_watermark}"
+            )
+        self._increment_log_start_offset(offset)
+        self._delete_segments(retention.log_start_breached(self._retention_view()), "log start offset breach")
+        return self.log_start_offset
+
+    def _increment_log_start_offset(self, offset: int) -> None:
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        if not self.remote_log_enabled or offset > self.local_log_start_offset:
+            self.local_log_start_offset = max(self.local_log_start_offset, offset)
+        self.leader_epoch_cache.truncate_from_start(offset)
+        self.producer_state.on_log_start_offset_incremented(offset)
+        if self._high_watermark.message_offset < offset:
+            self.update_high_watermark(offset)
+
+    # -- flush and lifecycle -------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        self.local_log.flush(self.log_end_offset if offset is None else offset)
+        self._unflushed_messages = 0
+
+    def _flush_quietly(self, offset: int) -> None:
+        try:
+            self.local_log.flush(offset)
+        except OSError as e:  # the segment may have been deleted meanwhile
+            log.warning("background flush of %s to %d failed: %s", self.topic_partition, offset, e)
+
+    def close(self) -> None:
+        """Clean close: producer snapshot at the log end, final index entries, trimmed indexes."""
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        self.producer_state.take_snapshot()
+        self.flush()
+        self.local_log.close()
