@@ -261,7 +261,9 @@ class ProducerAppendInfo:
         """Validate one batch header as Kafka's ``append(batch)`` does.
 
         ``control`` is the decoded marker of a control batch; None for a control batch means its record
-        was cleaned away, which changes nothing. The offsets must already be assigned.
+        was cleaned away, which changes nothing. The offsets must already be assigned. A marker's time
+        is the batch's max timestamp, which is its single record's (Kafka reads the record's), and it
+        is checked with the legacy (transaction v0/v1) epoch rule: batches do not carry the version.
         """
         if header.is_control:
             if control is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 
 from strata.common import TopicPartition
 from strata.errors import KafkaStorageError
+from strata.log import checkpoints
 from strata.log.checkpoints import (
     CorruptCheckpointError,
     EpochEntry,
@@ -41,6 +44,19 @@ def test_atomic_write_replaces_content_and_leaves_no_tmp(tmp_path: Path) -> None
     atomic_write(target, b"new")
     assert target.read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_atomic_write_fsyncs_file_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(checkpoints.os, "fsync", recording_fsync)
+    atomic_write(tmp_path / "file", b"data")
+    assert synced == ["file", "dir"]  # the data before the rename, the rename itself after
 
 
 def test_atomic_write_failure_raises_storage_error_naming_the_file(tmp_path: Path) -> None:

@@ -63,8 +63,9 @@ def test_start_offset_of_an_assigned_epoch_never_moves_forward(
 ) -> None:
     cache.assign(2, 6)
     cache.assign(2, 10)
+    cache.assign(2, 6)
     assert cache.epoch_entries() == entries((2, 6))
-    assert checkpoint.writes == 1  # the ignored assignment did not rewrite the file
+    assert checkpoint.writes == 1  # the ignored assignments did not rewrite the file
 
 
 def test_same_start_offset_new_epoch_replaces(cache: LeaderEpochFileCache) -> None:

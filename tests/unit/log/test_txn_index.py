@@ -75,6 +75,8 @@ def test_append_and_read_back(index: TransactionIndex) -> None:
         (10, 35, TXNS[:3], True),
         (11, 35, TXNS[1:3], True),
         (20, 41, TXNS[2:4], False),
+        (0, 37, TXNS[:3], True),  # first offset == upper bound: excluded (the bound is exclusive)
+        (0, 11, TXNS[:1], True),  # last stable offset == upper bound: complete
     ],
 )
 def test_collect_aborted_txns_bounds(
