@@ -24,6 +24,7 @@ class FileRecords:
     def __init__(self, path: Path, create: bool = False) -> None:
         self.path = path
         self._fd: int | None = None
+        self._create = create
         if create:
             self.size = os.fstat(self._open()).st_size
         else:
@@ -31,8 +32,12 @@ class FileRecords:
 
     def _open(self) -> int:
         if self._fd is None:
+            # Only a new segment may create its file: a read must never resurrect a deleted one.
+            flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if self._create else 0)
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+                self._fd = os.open(self.path, flags, 0o644)
+            except PermissionError:
+                self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError as e:
                 raise KafkaStorageError(f"cannot open {self.path}: {e}") from e
         return self._fd

@@ -61,7 +61,7 @@ def load_partition_log(
     _remove_temporary_files(directory)
     epochs = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
     producer_state = ProducerStateManager(directory, clock, producer_id_expiration_ms)
-    segments = _open_segments(directory, config, clock)
+    segments = _open_segments(directory, config, clock, None if had_clean_shutdown else recovery_point)
     recovered: set[int] = set()
     if not had_clean_shutdown and len(segments):
         recovered = _recover_unflushed(segments, recovery_point, epochs, producer_state)
@@ -99,15 +99,28 @@ def _remove_temporary_files(directory: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _open_segments(directory: Path, config: LogConfig, clock: Clock) -> LogSegments:
+def _open_segments(directory: Path, config: LogConfig, clock: Clock, recovery_point: int | None) -> LogSegments:
+    """Open every segment; check the indexes of those recovery will not rebuild anyway.
+
+    After an unclean shutdown every segment from the one holding ``recovery_point`` is recovered,
+    and the active one's index is still preallocated (zero-filled), so checking it would only
+    report a false corruption and rebuild it twice.
+    """
     segments = LogSegments()
+    bases = []
     for path in sorted(directory.glob(f"*{LOG_SUFFIX}")):
         try:
-            base = offset_from_file_name(path.name)
+            bases.append((offset_from_file_name(path.name), path))
         except ValueError:
             log.warning("ignoring %s: not named after an offset", path)
-            continue
+    first_recovered = None
+    if recovery_point is not None and bases:
+        first_recovered = max((b for b, _ in bases if b <= recovery_point), default=bases[0][0])
+    for base, path in bases:
         segment = LogSegment(directory, base, config, clock)
+        if first_recovered is not None and base >= first_recovered:
+            segments.add(segment)
+            continue
         try:
             segment.sanity_check()
         except (CorruptIndexError, KafkaStorageError) as e:
