@@ -16,6 +16,7 @@ from strata.errors import CorruptRecordError, KafkaStorageError, TruncatedBatchE
 from strata.protocol.records import RECORD_BATCH_OVERHEAD, BatchHeader, ensure_valid, parse_header
 
 SCAN_CHUNK = 8 * 1024 * 1024
+_IOV_MAX = 1024
 
 
 class FileRecords:
@@ -45,23 +46,44 @@ class FileRecords:
     def fileno(self) -> int:
         return self._open()
 
-    def append(self, data: bytes | bytearray | memoryview) -> int:
+    def append(self, data: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]) -> int:
+        """Write at the end of the file; a list of buffers goes out in one ``pwritev`` (no joining)."""
         fd = self._open()
+        if isinstance(data, list):
+            if len(data) == 1:
+                data = data[0]
+            elif len(data) <= _IOV_MAX:
+                total = sum(len(c) for c in data)
+                try:
+                    written = os.pwritev(fd, data, self.size)
+                except OSError as e:
+                    self._undo_partial(fd)
+                    raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
+                if written == total:
+                    self.size += written
+                    return written
+                data = b"".join(bytes(c) for c in data)[written:]  # rare short write: finish it plainly
+                self.size += written
+                return written + self.append(data)
+            else:
+                data = b"".join(bytes(c) for c in data)
         view = memoryview(data)
         written = 0
         try:
             while written < len(view):
                 written += os.pwrite(fd, view[written:], self.size + written)
         except OSError as e:
-            # A partial write (ENOSPC mid-batch) must not stay in the file: the next append would
-            # land after garbage. Cut back to where this append started.
-            try:
-                os.ftruncate(fd, self.size)
-            except OSError:
-                pass
+            self._undo_partial(fd)
             raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
         self.size += written
         return written
+
+    def _undo_partial(self, fd: int) -> None:
+        """A partial write (ENOSPC mid-batch) must not stay: the next append would land after garbage."""
+        try:
+            os.ftruncate(fd, self.size)
+        except OSError:
+            pass
 
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self._open(), size, position)

@@ -30,6 +30,7 @@ class IndexFile:
         self._data: bytes | None = None
         self._entries = 0
         self._max_entries = 0
+        self._tail: tuple[int, ...] | None = None  # last entry, cached: appends compare against it
         if writable:
             self._open_writable(max_index_size)
 
@@ -46,6 +47,7 @@ class IndexFile:
                 os.ftruncate(f.fileno(), target)
             self._max_entries = target // self.entry_size
             self._entries = entries
+            self._tail = None
             self._mm = mmap.mmap(f.fileno(), target) if target > 0 else None
             if self._mm is not None and _MADV_RANDOM is not None:
                 # The file is mostly a preallocated hole: without this, the first fault reads
@@ -65,6 +67,7 @@ class IndexFile:
                 self._data = b""
             self._entries = len(self._data) // self.entry_size
             self._max_entries = self._entries
+            self._tail = None
         return self._data
 
     # -- reading -------------------------------------------------------------------------------
@@ -91,6 +94,11 @@ class IndexFile:
 
     def raw_entry(self, n: int) -> tuple[int, ...]:
         return self._entry.unpack_from(self._buffer(), n * self.entry_size)
+
+    def last_raw_entry(self) -> tuple[int, ...] | None:
+        if self._tail is None and self.entries:
+            self._tail = self.raw_entry(self._entries - 1)
+        return self._tail
 
     def _bisect(self, key_index: int, target: int, relative: bool) -> int:
         """Index of the last entry whose field ``key_index`` is <= target, or -1 (binary search)."""
@@ -131,10 +139,12 @@ class IndexFile:
             raise IndexFullError(f"attempt to append to a full index (size = {self._entries})")
         self._entry.pack_into(self._mm, self._entries * self.entry_size, *fields)
         self._entries += 1
+        self._tail = fields
 
     def _truncate_to_entries(self, n: int) -> None:
         self._buffer()
         self._entries = n
+        self._tail = None
         if self._mm is None:
             with open(self.path, "r+b") as f:
                 os.ftruncate(f.fileno(), n * self.entry_size)

@@ -16,7 +16,7 @@ from strata.common import Clock, Scheduler
 from strata.config import LogConfig
 from strata.errors import KafkaStorageError, OffsetOutOfRangeError
 from strata.log.file_records import FetchDataInfo, FileSlice, LogOffsetMetadata
-from strata.log.segment import BatchList, LogSegment
+from strata.log.segment import BatchList, LogSegment, Records
 from strata.log.segments import LogSegments
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class LocalLog:
         self.recovery_point = recovery_point
         self._clock = clock
         self._scheduler = scheduler
-        self._next_offset_metadata = self._metadata_for_end(next_offset)
+        self._next_offset = next_offset
         self.last_flush_ms = clock.milliseconds()
 
     # -- offsets -------------------------------------------------------------------------------
@@ -50,11 +50,11 @@ class LocalLog:
 
     @property
     def log_end_offset(self) -> int:
-        return self._next_offset_metadata.message_offset
+        return self._next_offset
 
     @property
     def log_end_offset_metadata(self) -> LogOffsetMetadata:
-        return self._next_offset_metadata
+        return self._metadata_for_end(self._next_offset)
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -63,9 +63,9 @@ class LocalLog:
 
     # -- append and roll -----------------------------------------------------------------------
 
-    def append(self, last_offset: int, records: bytes | bytearray | memoryview, batches: BatchList) -> None:
+    def append(self, last_offset: int, records: Records, batches: BatchList) -> None:
         self.segments.active.append(records, batches)
-        self._next_offset_metadata = self._metadata_for_end(last_offset + 1)
+        self._next_offset = last_offset + 1
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, log end offset)``."""
@@ -87,7 +87,6 @@ class LocalLog:
         active.on_become_inactive_segment()
         segment = LogSegment(self.dir, new_base, self.config, self._clock, create=True)
         self.segments.add(segment)
-        self._next_offset_metadata = self._metadata_for_end(self.log_end_offset)
         log.info("rolled new log segment at offset %d in %s", new_base, self.dir.name)
         return segment
 
@@ -102,7 +101,7 @@ class LocalLog:
         local_log_start_offset: int,
     ) -> FetchDataInfo:
         """Whole batches from ``start_offset`` up to ``max_offset_metadata`` (exclusive)."""
-        end = self._next_offset_metadata
+        end = self.log_end_offset_metadata
         if start_offset == end.message_offset or start_offset == max_offset_metadata.message_offset:
             return FetchDataInfo(LogOffsetMetadata(start_offset, end.segment_base_offset, end.relative_position),
                                  None)
@@ -136,7 +135,7 @@ class LocalLog:
     def offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Segment and byte position of ``offset`` (for the HW and LSO)."""
         if offset >= self.log_end_offset:
-            return self._next_offset_metadata
+            return self.log_end_offset_metadata
         segment = self.segments.floor(offset)
         if segment is None:
             return LogOffsetMetadata(offset)
@@ -175,7 +174,7 @@ class LocalLog:
         active.truncate_to(offset)
         if not active.offset_index.writable:
             active.resize_indexes(self.config.segment_index_bytes)
-        self._next_offset_metadata = self._metadata_for_end(offset)
+        self._next_offset = offset
         self.recovery_point = min(self.recovery_point, offset)
         return doomed
 
@@ -190,7 +189,7 @@ class LocalLog:
             existing.truncate_to(existing.base_offset)
         else:
             self.segments.add(new_segment)
-        self._next_offset_metadata = self._metadata_for_end(offset)
+        self._next_offset = offset
         self.recovery_point = offset
 
     def close(self) -> None:

@@ -26,7 +26,8 @@ class OffsetIndex(IndexFile):
 
     @property
     def last_offset(self) -> int:
-        return self.entry(self.entries - 1).offset if self.entries else self.base_offset
+        tail = self.last_raw_entry()
+        return self.base_offset + tail[0] if tail is not None else self.base_offset
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The largest entry at or below ``target_offset``, else ``(base_offset, 0)``."""
@@ -42,7 +43,8 @@ class OffsetIndex(IndexFile):
         return 0 <= offset - self.base_offset <= 0x7FFFFFFF
 
     def append(self, offset: int, position: int) -> None:
-        if self.entries and offset <= self.last_offset:
+        tail = self.last_raw_entry()
+        if tail is not None and offset <= self.base_offset + tail[0]:
             raise InvalidOffsetError(
                 f"attempt to append offset {offset} at position {position} to {self.path.name}, "
                 f"no larger than the last offset {self.last_offset}"

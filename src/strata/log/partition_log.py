@@ -137,10 +137,9 @@ class PartitionLog:
     ) -> LogAppendInfo:
         """Validate, assign offsets, append; the HW is left to the caller (replication decides it)."""
         now = self._clock.milliseconds()
-        buf = records if isinstance(records, bytearray) else bytearray(records)
-        batches = analyze_and_validate(buf, self.config, origin, now)
-        info = assign_offsets(buf, batches, self.log_end_offset, leader_epoch, self.config, now)
-        return self._append(buf, info, origin)
+        batches = analyze_and_validate(records, self.config, origin, now)
+        info = assign_offsets(records, batches, self.log_end_offset, leader_epoch, self.config, now)
+        return self._append(records, info, origin)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches whose offsets are already assigned (replication, tools, recovery tests)."""
@@ -151,7 +150,7 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"out of order append at {first} to {self.topic_partition}: log end offset is {self.log_end_offset}"
             )
-        return self._append(records, header_append_info(batches, len(records)), AppendOrigin.REPLICATION)
+        return self._append(records, header_append_info(records, batches, len(records)), AppendOrigin.REPLICATION)
 
     def _append(self, buf: bytes | bytearray | memoryview, info: LogAppendInfo,
                 origin: AppendOrigin) -> LogAppendInfo:
@@ -164,13 +163,16 @@ class PartitionLog:
             info.duplicate = True
             info.log_start_offset = self.log_start_offset
             return info
-        self._maybe_roll(len(buf), info)
+        self._maybe_roll(info.valid_bytes, info)
         segment = self.local_log.segments.active
-        self.local_log.append(info.last_offset, buf, info.batches)
+        self.local_log.append(info.last_offset, info.chunks, info.batches)
+        latest_epoch = self.leader_epoch_cache.latest_epoch
         for _, header in info.batches:
-            if header.partition_leader_epoch >= 0:
+            if header.partition_leader_epoch >= 0 and header.partition_leader_epoch != latest_epoch:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        apply_producer_updates(self.producer_state, updates, segment)
+                latest_epoch = self.leader_epoch_cache.latest_epoch
+        if updates.infos:
+            apply_producer_updates(self.producer_state, updates, segment)
         self.producer_state.update_map_end_offset(info.last_offset + 1)
         info.log_start_offset = self.log_start_offset
         self._unflushed_messages += info.num_messages

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 INT32_MAX = 0x7FFFFFFF
 
 BatchList = Sequence[tuple[int, BatchHeader]]
+Records = bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]  # a list is written with pwritev
 RecoverCallback = Callable[["LogSegment", BatchHeader, memoryview], None]
 
 
@@ -136,7 +137,7 @@ class LogSegment:
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, batches: BatchList) -> None:
+    def append(self, records: Records, batches: BatchList) -> None:
         """Append already validated batches (``batches`` are their positions in ``records``)."""
         if not batches:
             return

@@ -31,7 +31,10 @@ class TimeIndex(IndexFile):
 
     @property
     def last_entry(self) -> TimestampOffset:
-        return self.entry(self.entries - 1) if self.entries else TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        tail = self.last_raw_entry()
+        if tail is None:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        return TimestampOffset(tail[0], self.base_offset + tail[1])
 
     @property
     def is_full(self) -> bool:
@@ -45,12 +48,13 @@ class TimeIndex(IndexFile):
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         if not skip_full_check and self.is_full:
             raise IndexFullError(f"attempt to append to a full time index (size = {self.entries})")
+        tail = self.last_raw_entry()
         last = self.last_entry
-        if self.entries and offset < last.offset:
+        if tail is not None and offset < last.offset:
             raise InvalidOffsetError(
                 f"attempt to append offset {offset} to {self.path.name}, below the last offset {last.offset}"
             )
-        if self.entries and timestamp < last.timestamp:
+        if tail is not None and timestamp < last.timestamp:
             raise InvalidOffsetError(
                 f"attempt to append timestamp {timestamp} to {self.path.name}, below the last {last.timestamp}"
             )

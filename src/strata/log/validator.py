@@ -19,7 +19,10 @@ from strata.errors import (
     RecordTooLargeError,
 )
 from strata.log.producer_state import AppendOrigin
+import struct
+
 from strata.protocol.records import (
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     TimestampType,
@@ -43,11 +46,16 @@ class LogAppendInfo:
     log_start_offset: int = -1
     valid_bytes: int = 0
     batches: list[tuple[int, BatchHeader]] = field(default_factory=list)
+    chunks: list[bytes | bytearray | memoryview] = field(default_factory=list)  # the bytes to write
     duplicate: bool = False
 
     @property
     def num_messages(self) -> int:
         return self.last_offset - self.first_offset + 1 if self.first_offset >= 0 else 0
+
+
+_OFFSET_AND_LENGTH_AND_EPOCH = struct.Struct(">qii")
+_U32 = struct.Struct(">I")
 
 
 def analyze_and_validate(records: bytes | bytearray | memoryview, config: LogConfig,
@@ -97,47 +105,61 @@ def _validate_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) ->
             )
 
 
-def assign_offsets(records: bytearray, batches: list[tuple[int, BatchHeader]], next_offset: int,
-                   leader_epoch: int, config: LogConfig, now_ms: int) -> LogAppendInfo:
-    """Patch base offsets (and epoch, and LogAppendTime) in place; returns the append summary.
+def assign_offsets(records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
+                   next_offset: int, leader_epoch: int, config: LogConfig, now_ms: int) -> LogAppendInfo:
+    """Give the batches their offsets (and epoch, and LogAppendTime); returns the append summary.
 
-    ``batches`` is replaced with headers that carry the assigned offsets, so later steps
-    (indexes, producer state) see what is on disk.
+    Immutable input (``bytes`` straight from a socket) is not copied: each batch becomes a patched
+    61-byte header plus a view of its untouched remainder, written with one ``pwritev``. Only
+    LogAppendTime, which changes CRC'd bytes, needs a mutable copy. ``info.batches`` carries the
+    headers as written, so indexes and producer state see what is on disk.
     """
     info = LogAppendInfo(first_offset=next_offset)
+    log_append_time = config.log_append_time
+    if log_append_time and not isinstance(records, bytearray):
+        records = bytearray(records)
+    in_place = isinstance(records, bytearray)
+    view = memoryview(records)
+    chunks: list[bytes | bytearray | memoryview] = [] if not in_place else [records]
     stamped = []
-    for position, header in batches:
-        set_base_offset(records, position, next_offset)
-        if leader_epoch >= 0:
-            set_partition_leader_epoch(records, position, leader_epoch)
-        max_ts = header.max_timestamp
-        attributes = header.attributes
-        if config.log_append_time:
-            set_log_append_time(records, position, header.size, now_ms)
-            max_ts = now_ms
-            attributes |= TIMESTAMP_TYPE_MASK
-            info.log_append_time = now_ms
-        new_header = header._replace(
-            base_offset=next_offset,
-            partition_leader_epoch=leader_epoch if leader_epoch >= 0 else header.partition_leader_epoch,
-            max_timestamp=max_ts,
-            attributes=attributes,
-        )
-        stamped.append((position, new_header))
-        if max_ts > info.max_timestamp:
-            info.max_timestamp = max_ts
-            info.offset_of_max_timestamp = new_header.last_offset
-        next_offset = new_header.next_offset
+    max_ts_seen = -1
+    for position, h in batches:
+        epoch = leader_epoch if leader_epoch >= 0 else h.partition_leader_epoch
+        max_ts, attributes, crc = h.max_timestamp, h.attributes, h.crc
+        if in_place:
+            set_base_offset(records, position, next_offset)  # type: ignore[arg-type]
+            set_partition_leader_epoch(records, position, epoch)  # type: ignore[arg-type]
+            if log_append_time:
+                set_log_append_time(records, position, h.size, now_ms)  # type: ignore[arg-type]
+                max_ts, attributes = now_ms, attributes | TIMESTAMP_TYPE_MASK
+                crc = _U32.unpack_from(records, position + 17)[0]
+                info.log_append_time = now_ms
+        else:
+            head = bytearray(view[position : position + RECORD_BATCH_OVERHEAD])
+            _OFFSET_AND_LENGTH_AND_EPOCH.pack_into(head, 0, next_offset, h.length, epoch)
+            chunks.append(head)
+            chunks.append(view[position + RECORD_BATCH_OVERHEAD : position + h.size])
+        stamped.append((position, BatchHeader(
+            next_offset, h.length, epoch, h.magic, crc, attributes, h.last_offset_delta, h.base_timestamp,
+            max_ts, h.producer_id, h.producer_epoch, h.base_sequence, h.records_count,
+        )))
+        if max_ts > max_ts_seen:
+            max_ts_seen = max_ts
+            info.offset_of_max_timestamp = next_offset + h.last_offset_delta
+        next_offset += h.last_offset_delta + 1
+    info.max_timestamp = max_ts_seen
     info.last_offset = next_offset - 1
     info.valid_bytes = len(records)
     info.batches = stamped
+    info.chunks = chunks
     return info
 
 
-def header_append_info(batches: list[tuple[int, BatchHeader]], size: int) -> LogAppendInfo:
+def header_append_info(records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
+                       size: int) -> LogAppendInfo:
     """Summary of batches whose offsets are already assigned (replication, recovery)."""
     info = LogAppendInfo(first_offset=batches[0][1].base_offset, last_offset=batches[-1][1].last_offset,
-                         valid_bytes=size, batches=list(batches))
+                         valid_bytes=size, batches=list(batches), chunks=[records])
     for _, header in batches:
         if header.max_timestamp > info.max_timestamp:
             info.max_timestamp = header.max_timestamp
