@@ -10,6 +10,7 @@ re-encoded: a CRC-valid batch from a client is stored as sent.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from strata.config import LogConfig
@@ -19,8 +20,6 @@ from strata.errors import (
     RecordTooLargeError,
 )
 from strata.log.producer_state import AppendOrigin
-import struct
-
 from strata.protocol.records import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
