@@ -585,15 +585,7 @@ def _dump_offset_index(path: Path, base_offset: int, options: DumpOptions) -> It
         elif not span.header.base_offset <= entry.offset <= span.header.last_offset:
             problems.append(f"Index offset: {entry.offset}, log offset: {span.header.last_offset} (batch "
                             f"[{span.header.base_offset}, {span.header.last_offset}] at position {span.position})")
-    if used == 0 and not problems:
-        yield _note(kind, f"{path} is empty.")
-    if problems:
-        yield _summary(kind, f"Mismatches in :{path}", entries=used, problems=len(problems))
-        for message in problems:
-            yield _problem(kind, message, listed=True)
-    elif spans is not None:
-        yield _summary(kind, f"Index {path} is consistent ({_count(used, 'entry', 'entries')})",
-                       entries=used, problems=0)
+    yield from _index_verdict(kind, path, "Index", used, problems, checked=spans is not None)
 
 
 def _dump_time_index(path: Path, base_offset: int, options: DumpOptions) -> Iterator[Event]:
@@ -646,14 +638,20 @@ def _dump_time_index(path: Path, base_offset: int, options: DumpOptions) -> Iter
         elif span.header.max_timestamp != entry.timestamp:
             problems.append(f"Index timestamp: {entry.timestamp}, log timestamp: {span.header.max_timestamp} "
                             f"(offset {entry.offset})")
+    yield from _index_verdict(kind, path, "Time index", used, problems, checked=spans is not None)
+
+
+def _index_verdict(kind: FileType, path: Path, label: str, used: int, problems: list[str],
+                   checked: bool) -> Iterator[Event]:
+    """Kafka's closing lines for an index check: the mismatches, or that it is consistent."""
     if used == 0 and not problems:
         yield _note(kind, f"{path} is empty.")
     if problems:
         yield _summary(kind, f"Mismatches in :{path}", entries=used, problems=len(problems))
         for message in problems:
             yield _problem(kind, message, listed=True)
-    elif spans is not None:
-        yield _summary(kind, f"Time index {path} is consistent ({_count(used, 'entry', 'entries')})",
+    elif checked:
+        yield _summary(kind, f"{label} {path} is consistent ({_count(used, 'entry', 'entries')})",
                        entries=used, problems=0)
 
 
