@@ -8,7 +8,7 @@ from :class:`KafkaError` directly, so ``strata.errors.error_for`` keeps resolvin
 
 from __future__ import annotations
 
-from strata.errors import InvalidTxnStateError, KafkaStorageError
+from strata.errors import ErrorCode, InvalidTxnStateError, KafkaStorageError
 
 
 class CorruptCheckpointError(KafkaStorageError):
@@ -39,8 +39,6 @@ class InvalidOffsetError(LogStateError):
 
 
 class TransactionCoordinatorFencedError(InvalidTxnStateError):
-    """An end-transaction marker from a coordinator older than the one already seen.
+    """An end-transaction marker from a coordinator older than the one already seen (Kafka's code 52)."""
 
-    Kafka answers TRANSACTION_COORDINATOR_FENCED (52); ``ErrorCode`` has no such member yet, so this
-    carries INVALID_TXN_STATE (48), the closest code a client treats as a transaction failure.
-    """
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
