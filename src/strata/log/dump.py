@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -542,6 +542,26 @@ def _index_bytes(path: Path) -> bytes:
         return f.read()
 
 
+def _sanity_check(kind: FileType, path: Path, check: Callable[[], None]) -> Iterator[Event]:
+    """The broker's own startup check of an index, reported as a note or a problem."""
+    try:
+        check()
+        yield _note(kind, f"{path} passed sanity check.")
+    except CorruptIndexError as e:
+        yield _problem(kind, f"{path} failed sanity check: {e}")
+
+
+def _size_problems(raw: bytes, entry_size: int, label: str) -> list[str]:
+    if len(raw) % entry_size:
+        return [f"{label} size {len(raw)} is not a multiple of the entry size {entry_size}"]
+    return []
+
+
+def _unused_slots_note(kind: FileType, path: Path, slots: int) -> Event:
+    return _note(kind, f"{slots} unused (zero) slots at the end of {path.name}, as in the "
+                       f"preallocated index of an active segment", unused_slots=slots)
+
+
 def _dump_offset_index(path: Path, base_offset: int, options: DumpOptions) -> Iterator[Event]:
     kind = FileType.INDEX
     raw = _index_bytes(path)
@@ -549,14 +569,8 @@ def _dump_offset_index(path: Path, base_offset: int, options: DumpOptions) -> It
     spans, log_size, log_events = _log_spans_for(path, kind)
     yield from log_events
     if options.index_sanity_check:
-        try:
-            index.sanity_check(log_size if spans is not None else None)
-            yield _note(kind, f"{path} passed sanity check.")
-        except CorruptIndexError as e:
-            yield _problem(kind, f"{path} failed sanity check: {e}")
-    problems: list[str] = []
-    if len(raw) % index.entry_size:
-        problems.append(f"Index size {len(raw)} is not a multiple of the entry size {index.entry_size}")
+        yield from _sanity_check(kind, path, lambda: index.sanity_check(log_size if spans is not None else None))
+    problems = _size_problems(raw, index.entry_size, "Index")
     by_position = {s.position: s for s in spans} if spans is not None else None
     count = index.entries
     in_use = _used_entries(raw, index.entry_size)
@@ -565,8 +579,7 @@ def _dump_offset_index(path: Path, base_offset: int, options: DumpOptions) -> It
     for i in range(count):
         entry = index.entry(i)
         if i >= in_use:
-            yield _note(kind, f"{count - i} unused (zero) slots at the end of {path.name}, as in the "
-                              f"preallocated index of an active segment", unused_slots=count - i)
+            yield _unused_slots_note(kind, path, count - i)
             break
         used += 1
         if options.list_index_entries:
@@ -595,14 +608,8 @@ def _dump_time_index(path: Path, base_offset: int, options: DumpOptions) -> Iter
     spans, _log_size, log_events = _log_spans_for(path, kind)
     yield from log_events
     if options.index_sanity_check:
-        try:
-            index.sanity_check()
-            yield _note(kind, f"{path} passed sanity check.")
-        except CorruptIndexError as e:
-            yield _problem(kind, f"{path} failed sanity check: {e}")
-    problems: list[str] = []
-    if len(raw) % index.entry_size:
-        problems.append(f"Time index size {len(raw)} is not a multiple of the entry size {index.entry_size}")
+        yield from _sanity_check(kind, path, index.sanity_check)
+    problems = _size_problems(raw, index.entry_size, "Time index")
     last_offsets = [s.header.last_offset for s in spans] if spans is not None else []
     count = index.entries
     in_use = _used_entries(raw, index.entry_size)
@@ -611,8 +618,7 @@ def _dump_time_index(path: Path, base_offset: int, options: DumpOptions) -> Iter
     for i in range(count):
         entry = index.entry(i)
         if i >= in_use:
-            yield _note(kind, f"{count - i} unused (zero) slots at the end of {path.name}, as in the "
-                              f"preallocated index of an active segment", unused_slots=count - i)
+            yield _unused_slots_note(kind, path, count - i)
             break
         used += 1
         if options.list_index_entries:
