@@ -1,0 +1,48 @@
+"""Bad configs fail at parse time with Kafka's rules and a message naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.config import LogConfig, parse_properties
+from strata.errors import ErrorCode, InvalidConfigError
+
+
+def test_defaults_are_kafkas():
+    c = LogConfig.from_props({})
+    assert (c.segment_bytes, c.segment_index_bytes, c.index_interval_bytes) == (1 << 30, 10 << 20, 4096)
+    assert (c.retention_ms, c.retention_bytes, c.local_retention_ms) == (604_800_000, -1, -2)
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"segment.bytes": "lots"}, "segment.bytes: expected a int"),
+        ({"segment.bytes": "13"}, "segment.bytes: must be at least 14"),
+        ({"retention.ms": "-5"}, "retention.ms: must be at least -1"),
+        ({"message.timestamp.type": "WallClock"}, "message.timestamp.type"),
+        ({"remote.storage.enable": "maybe"}, "remote.storage.enable: expected a bool"),
+        ({"cleanup.policy": "delete,shred"}, "'shred' is not one of"),
+        ({"segment.byte": "100"}, "Unknown configuration 'segment.byte'"),
+        ({"local.retention.ms": "2000", "retention.ms": "1000"}, "local.retention.ms"),
+        ({"local.retention.bytes": "-1", "retention.bytes": "100"}, "local.retention.bytes"),
+        ({"remote.storage.enable": "true", "cleanup.policy": "compact"}, "unsupported for the compacted"),
+    ],
+)
+def test_invalid_values_name_the_key(props, message):
+    with pytest.raises(InvalidConfigError, match=message) as info:
+        LogConfig.from_props(props)
+    assert info.value.error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_overrides_round_trip_through_kafka_names():
+    c = LogConfig().with_overrides({"segment.ms": 1000, "cleanup.policy": "compact,delete"})
+    assert c.segment_ms == 1000 and c.cleanup_policy == ("compact", "delete")
+    assert LogConfig.from_props(c.to_props()) == c
+
+
+def test_properties_file_syntax():
+    text = "# comment\n! also a comment\nlog.dirs = /tmp/a\nnum.partitions: 3\n\n"
+    assert parse_properties(text) == {"log.dirs": "/tmp/a", "num.partitions": "3"}
+    with pytest.raises(InvalidConfigError, match="line 1"):
+        parse_properties("no separator here")
