@@ -28,7 +28,7 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("max.message.bytes", "int", 1_048_588, at_least(0), "Largest record batch accepted"),
     ConfigKey("message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"), ""),
     ConfigKey("message.timestamp.before.max.ms", "long", 2**63 - 1, at_least(0), ""),
-    ConfigKey("message.timestamp.after.max.ms", "long", 2**63 - 1, at_least(0), ""),
+    ConfigKey("message.timestamp.after.max.ms", "long", 3_600_000, at_least(0), ""),
     ConfigKey("cleanup.policy", "list", ["delete"], list_of("delete", "compact"), ""),
     ConfigKey("compression.type", "string", "producer",
               one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), ""),
@@ -58,7 +58,7 @@ class LogConfig:
     max_message_bytes: int = 1_048_588
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = 2**63 - 1
-    message_timestamp_after_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 3_600_000  # Kafka 4.0 default (KIP-1030)
     cleanup_policy: tuple[str, ...] = ("delete",)
     compression_type: str = "producer"
     flush_messages: int = 2**63 - 1

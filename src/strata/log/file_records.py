@@ -53,7 +53,7 @@ class FileRecords:
             if len(data) == 1:
                 data = data[0]
             elif len(data) <= _IOV_MAX:
-                total = sum(len(c) for c in data)
+                total = sum(map(len, data))
                 try:
                     written = os.pwritev(fd, data, self.size)
                 except OSError as e:

@@ -69,6 +69,8 @@ class OffsetIndex(IndexFile):
             raise CorruptIndexError(
                 f"corrupt index {self.path}: last offset {last.offset} below base offset {self.base_offset}"
             )
+        if last.position < 0:
+            raise CorruptIndexError(f"corrupt index {self.path}: negative last entry position {last.position}")
         if log_size is not None and last.position >= max(log_size, 1):
             raise CorruptIndexError(
                 f"corrupt index {self.path}: last entry position {last.position} past the log size {log_size}"

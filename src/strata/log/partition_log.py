@@ -29,6 +29,7 @@ from strata.log.validator import (
     LogAppendInfo,
     analyze_and_validate,
     assign_offsets,
+    fast_plain_append,
     header_append_info,
 )
 
@@ -137,9 +138,13 @@ class PartitionLog:
     ) -> LogAppendInfo:
         """Validate, assign offsets, append; the HW is left to the caller (replication decides it)."""
         now = self._clock.milliseconds()
+        if origin is AppendOrigin.CLIENT:
+            info = fast_plain_append(records, self.log_end_offset, leader_epoch, self.config, now)
+            if info is not None:
+                return self._append(records, info, origin, now, plain=True)
         batches = analyze_and_validate(records, self.config, origin, now)
         info = assign_offsets(records, batches, self.log_end_offset, leader_epoch, self.config, now)
-        return self._append(records, info, origin)
+        return self._append(records, info, origin, now)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches whose offsets are already assigned (replication, tools, recovery tests)."""
@@ -150,12 +155,14 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"out of order append at {first} to {self.topic_partition}: log end offset is {self.log_end_offset}"
             )
-        return self._append(records, header_append_info(records, batches, len(records)), AppendOrigin.REPLICATION)
+        return self._append(records, header_append_info(records, batches, len(records)), AppendOrigin.REPLICATION,
+                            now)
 
-    def _append(self, buf: bytes | bytearray | memoryview, info: LogAppendInfo,
-                origin: AppendOrigin) -> LogAppendInfo:
-        updates = validate_producers(self.producer_state, buf, info.batches, origin)
-        if updates.duplicate is not None:
+    def _append(self, buf: bytes | bytearray | memoryview, info: LogAppendInfo, origin: AppendOrigin,
+                now_ms: int, plain: bool = False) -> LogAppendInfo:
+        """``plain``: batches without a producer id, so there is no producer state to check or update."""
+        updates = None if plain else validate_producers(self.producer_state, buf, info.batches, origin)
+        if updates is not None and updates.duplicate is not None:
             dup = updates.duplicate
             info.first_offset = dup.last_offset - dup.offset_delta
             info.last_offset = dup.last_offset
@@ -163,7 +170,7 @@ class PartitionLog:
             info.duplicate = True
             info.log_start_offset = self.log_start_offset
             return info
-        self._maybe_roll(info.valid_bytes, info)
+        self._maybe_roll(info.valid_bytes, info, now_ms)
         segment = self.local_log.segments.active
         self.local_log.append(info.last_offset, info.chunks, info.batches)
         latest_epoch = self.leader_epoch_cache.latest_epoch
@@ -171,7 +178,7 @@ class PartitionLog:
             if header.partition_leader_epoch >= 0 and header.partition_leader_epoch != latest_epoch:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
                 latest_epoch = self.leader_epoch_cache.latest_epoch
-        if updates.infos:
+        if updates is not None and updates.infos:
             apply_producer_updates(self.producer_state, updates, segment)
         self.producer_state.update_map_end_offset(info.last_offset + 1)
         info.log_start_offset = self.log_start_offset
@@ -180,9 +187,9 @@ class PartitionLog:
             self.flush()
         return info
 
-    def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> None:
+    def _maybe_roll(self, messages_size: int, info: LogAppendInfo, now_ms: int) -> None:
         segment = self.local_log.segments.active
-        params = RollParams(info.max_timestamp, info.last_offset, messages_size, self._clock.milliseconds())
+        params = RollParams(info.max_timestamp, info.last_offset, messages_size, now_ms)
         if segment.should_roll(params):
             self.roll(info.first_offset)
 

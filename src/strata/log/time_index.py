@@ -46,20 +46,27 @@ class TimeIndex(IndexFile):
         return self.entry(i) if i >= 0 else TimestampOffset(NO_TIMESTAMP, self.base_offset)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
-        if not skip_full_check and self.is_full:
-            raise IndexFullError(f"attempt to append to a full time index (size = {self.entries})")
+        """Kafka's ``maybeAppend``: an entry only when the timestamp grows (called once per indexed batch)."""
+        entries = self._entries if self._mm is not None else self.entries
+        if not skip_full_check and entries >= self._max_entries - 1:
+            raise IndexFullError(f"attempt to append to a full time index (size = {entries})")
         tail = self.last_raw_entry()
-        last = self.last_entry
-        if tail is not None and offset < last.offset:
-            raise InvalidOffsetError(
-                f"attempt to append offset {offset} to {self.path.name}, below the last offset {last.offset}"
-            )
-        if tail is not None and timestamp < last.timestamp:
-            raise InvalidOffsetError(
-                f"attempt to append timestamp {timestamp} to {self.path.name}, below the last {last.timestamp}"
-            )
-        if timestamp > last.timestamp:
-            self._write_entry(timestamp, offset - self.base_offset)
+        if tail is not None:
+            last_timestamp, last_offset = tail[0], self.base_offset + tail[1]
+            if offset < last_offset:
+                raise InvalidOffsetError(
+                    f"attempt to append offset {offset} to {self.path.name}, below the last offset {last_offset}"
+                )
+            if timestamp <= last_timestamp:
+                if timestamp < last_timestamp:
+                    raise InvalidOffsetError(
+                        f"attempt to append timestamp {timestamp} to {self.path.name}, below the last "
+                        f"{last_timestamp}"
+                    )
+                return
+        elif timestamp <= NO_TIMESTAMP:
+            return
+        self._write_entry(timestamp, offset - self.base_offset)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is at or above ``offset``."""

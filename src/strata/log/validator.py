@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from crc32c import crc32c
+
 from strata.config import LogConfig
 from strata.errors import (
     InvalidRecordError,
@@ -21,8 +23,12 @@ from strata.errors import (
 )
 from strata.log.producer_state import AppendOrigin
 from strata.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
+    HEADER_STRUCT,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     TimestampType,
     ensure_valid,
@@ -152,6 +158,48 @@ def assign_offsets(records: bytes | bytearray | memoryview, batches: list[tuple[
     info.batches = stamped
     info.chunks = chunks
     return info
+
+
+_PLAIN_EXCLUDED_ATTRIBUTES = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+
+
+def fast_plain_append(records: bytes | bytearray | memoryview, next_offset: int, leader_epoch: int,
+                      config: LogConfig, now_ms: int) -> LogAppendInfo | None:
+    """The common produce in one pass: a single CreateTime batch from a plain (non-idempotent) client.
+
+    Same rules and the same bytes as :func:`analyze_and_validate` + :func:`assign_offsets`, with a
+    fraction of the interpreter steps (a 64 KiB append costs an 18 us page-cache write, so every
+    microsecond of bookkeeping shows). Returns ``None`` for anything else, including any batch
+    that breaks a rule: the general path then handles it and raises the precise error.
+    """
+    if len(records) < RECORD_BATCH_OVERHEAD:
+        return None
+    (base_offset, length, _epoch, magic, crc, attributes, last_offset_delta, base_ts, max_ts,
+     producer_id, producer_epoch, base_sequence, count) = HEADER_STRUCT.unpack_from(records, 0)
+    size = length + 12
+    if (size != len(records) or magic != 2 or base_offset != 0 or producer_id >= 0
+            or attributes & _PLAIN_EXCLUDED_ATTRIBUTES or count != last_offset_delta + 1 or count <= 0
+            or size > config.max_message_bytes or config.log_append_time):
+        return None
+    earliest = now_ms - config.message_timestamp_before_max_ms
+    latest = now_ms + config.message_timestamp_after_max_ms
+    if not (earliest <= max_ts <= latest and (base_ts < 0 or earliest <= base_ts <= latest)):
+        return None
+    view = memoryview(records)
+    if crc32c(view[ATTRIBUTES_OFFSET:]) != crc:
+        return None
+    epoch = leader_epoch if leader_epoch >= 0 else _epoch
+    if isinstance(records, bytearray):
+        _OFFSET_AND_LENGTH_AND_EPOCH.pack_into(records, 0, next_offset, length, epoch)
+        chunks: list[bytes | bytearray | memoryview] = [records]
+    else:
+        head = bytearray(view[:RECORD_BATCH_OVERHEAD])
+        _OFFSET_AND_LENGTH_AND_EPOCH.pack_into(head, 0, next_offset, length, epoch)
+        chunks = [head, view[RECORD_BATCH_OVERHEAD:]]
+    last_offset = next_offset + last_offset_delta
+    header = BatchHeader(next_offset, length, epoch, magic, crc, attributes, last_offset_delta, base_ts, max_ts,
+                         producer_id, producer_epoch, base_sequence, count)
+    return LogAppendInfo(next_offset, last_offset, max_ts, last_offset, -1, -1, size, [(0, header)], chunks)
 
 
 def header_append_info(records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],

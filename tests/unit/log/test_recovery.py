@@ -166,3 +166,16 @@ def test_leader_epochs_and_aborted_transactions_survive_recovery(open_log, clock
     again = reopened.collect_aborted_transactions(0, reopened.log_end_offset)
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in again] == [(99, first, abort_offset)]
     assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text().startswith("0\n3\n1 0\n")
+
+
+def test_index_with_negative_last_position_is_rebuilt(open_log, clock):
+    """Garbage can decode to a negative int32 position: that is a corrupt index, never a pread(-n)."""
+    plog = open_log(CONFIG)
+    values = fill(plog, clock)
+    good_index = plog.segments[0].offset_index.path.read_bytes()
+    plog.close()
+    index = plog.dir / "00000000000000000000.index"
+    index.write_bytes(good_index[:-4] + (-55978829).to_bytes(4, "big", signed=True))
+    reopened = open_log(CONFIG, had_clean_shutdown=True)
+    assert index.read_bytes() == good_index
+    assert read_all(reopened) == values

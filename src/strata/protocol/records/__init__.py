@@ -1,6 +1,9 @@
 """Kafka record batch v2: the format shared by the wire (Produce/Fetch) and the ``.log`` files."""
 
 from strata.protocol.records.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -9,6 +12,7 @@ from strata.protocol.records.batch import (
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     TimestampType,
     compute_crc,
@@ -34,6 +38,7 @@ from strata.protocol.records.record import (
 )
 
 __all__ = [
+    "ATTRIBUTES_OFFSET", "CONTROL_MASK", "HEADER_STRUCT", "TRANSACTIONAL_MASK",
     "LOG_OVERHEAD", "NO_PARTITION_LEADER_EPOCH", "NO_PRODUCER_EPOCH", "NO_PRODUCER_ID", "NO_SEQUENCE",
     "NO_TIMESTAMP", "RECORD_BATCH_OVERHEAD", "TIMESTAMP_TYPE_MASK", "BatchBuilder", "BatchHeader",
     "CompressionType",

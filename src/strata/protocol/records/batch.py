@@ -61,7 +61,8 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")  # the 61-byte header as one unpack, field order of BatchHeader
+_HEADER = HEADER_STRUCT
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
