@@ -73,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"where to write it (default ./{DEFAULT_DEMO_DIR}); emptied first")
     demo.set_defaults(func=_cmd_demo, command_parser=demo)
 
+    serve = commands.add_parser(
+        "serve", parents=[verbose], help="run the broker",
+        description="Run the Kafka-compatible broker. Configuration uses Kafka's server.properties keys; "
+                    "--set overrides the file. Unknown keys or invalid values stop startup with the key named.",
+    )
+    serve.add_argument("--config", type=Path, default=None, metavar="FILE", help="a server.properties file")
+    serve.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one config key (repeatable)")
+    serve.set_defaults(func=_cmd_serve, command_parser=serve)
+
     version = commands.add_parser("version", parents=[verbose], help="print the version")
     version.set_defaults(func=_cmd_version, command_parser=version)
     return parser
@@ -117,6 +127,32 @@ def _cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except DemoError as e:
         print(f"strata demo: {e}", file=sys.stderr)
         return 1
+
+
+def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from strata.config.broker_config import BrokerConfig
+    from strata.errors import InvalidConfigError, KafkaStorageError
+
+    overrides = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    try:
+        config = BrokerConfig.load(args.config, overrides)
+    except InvalidConfigError as e:
+        print(f"strata serve: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    from strata.broker.server import serve
+
+    logging.getLogger("strata.lifecycle").setLevel(logging.INFO)
+    try:
+        serve(config)
+    except (KafkaStorageError, OSError) as e:
+        print(f"strata serve: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_version(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

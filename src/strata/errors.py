@@ -23,9 +23,23 @@ class ErrorCode(IntEnum):
     MESSAGE_TOO_LARGE = 10
     OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
     INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
@@ -34,16 +48,32 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
-    KAFKA_STORAGE_ERROR = 56
+    INVALID_TRANSACTION_TIMEOUT = 50
     TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    OFFSET_NOT_AVAILABLE = 78
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
+    UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
 
 
 class KafkaError(Exception):
@@ -131,6 +161,14 @@ class InvalidTxnStateError(KafkaError):
     error_code = ErrorCode.INVALID_TXN_STATE
 
 
+class ApiError(KafkaError):
+    """An error a request handler answers with; the code is picked where it is raised."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.error_code = code
+
+
 def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:
     out = []
     for sub in cls.__subclasses__():
@@ -142,6 +180,6 @@ def _all_subclasses(cls: type[KafkaError]) -> list[type[KafkaError]]:
 def error_for(code: int) -> type[KafkaError]:
     """The most general exception class for a wire error code (KafkaError if none is defined)."""
     for cls in _all_subclasses(KafkaError):
-        if cls.error_code == code and KafkaError in cls.__bases__:
+        if cls is not ApiError and cls.error_code == code and KafkaError in cls.__bases__:
             return cls
     return KafkaError

@@ -1,0 +1,1 @@
+"""The asyncio Kafka broker: server, connections, dispatch and one handler module per API."""

@@ -1,0 +1,36 @@
+"""OffsetForLeaderEpoch: where a leader epoch ended (consumers use it to detect truncation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.common import TopicPartition
+from strata.errors import ApiError, ErrorCode, KafkaError
+
+OFFSET_FOR_LEADER_EPOCH = 23
+
+
+@handles(OFFSET_FOR_LEADER_EPOCH)
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    replicas = ctx.broker.replicas
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"error_code": 0, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+            try:
+                tp = TopicPartition(t.topic, p.partition)
+                plog = replicas.get_log(tp)
+                current = replicas.leader_epoch(tp)
+                if p.current_leader_epoch > current:
+                    raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+                if 0 <= p.current_leader_epoch < current:
+                    raise ApiError(ErrorCode.FENCED_LEADER_EPOCH)
+                epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
+                entry.update(leader_epoch=epoch, end_offset=end)
+            except KafkaError as e:
+                entry["error_code"] = e.error_code
+            parts.append(entry)
+        topics.append({"topic": t.topic, "partitions": parts})
+    return ctx.respond(throttle_time=0, topics=topics)

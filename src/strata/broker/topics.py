@@ -1,0 +1,156 @@
+"""Topic registry: names, ids, partition counts and per-topic config overrides.
+
+Apache Kafka keeps this in the KRaft metadata log; a single Strata node keeps it in
+``<first log dir>/strata-topics.json``, replaced atomically on every change (write, fsync,
+rename, fsync dir), so a crash leaves the old or the new registry. Each partition directory
+also carries Kafka's ``partition.metadata`` with the topic id, so a directory left over from a
+deleted topic is never mistaken for a recreated one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strata.config import LogConfig
+from strata.errors import ApiError, ErrorCode, InvalidConfigError
+from strata.log.checkpoints import atomic_write
+
+log = logging.getLogger(__name__)
+
+REGISTRY_FILE = "strata-topics.json"
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``."""
+    if not name:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters")
+    if not _LEGAL.match(name):
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                       "alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # overrides only, Kafka's names
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+class TopicRegistry:
+    def __init__(self, directory: Path, defaults: LogConfig) -> None:
+        self.path = directory / REGISTRY_FILE
+        self.defaults = defaults
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._configs: dict[str, LogConfig] = {}
+
+    def load(self) -> None:
+        if not self.path.exists():
+            return
+        data = json.loads(self.path.read_text())
+        for t in data.get("topics", []):
+            info = TopicInfo(t["name"], uuid.UUID(t["topic_id"]), int(t["partitions"]), dict(t.get("configs", {})))
+            self._add(info)
+        log.info("loaded %d topics from %s", len(self._topics), self.path)
+
+    def _save(self) -> None:
+        data = {"version": 1, "topics": [
+            {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
+            for t in sorted(self._topics.values(), key=lambda t: t.name)
+        ]}
+        atomic_write(self.path, json.dumps(data, indent=1).encode())
+
+    def _add(self, info: TopicInfo) -> None:
+        self._topics[info.name] = info
+        self._by_id[info.topic_id] = info
+        self._configs.pop(info.name, None)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._topics
+
+    def __iter__(self) -> Iterator[TopicInfo]:
+        return iter(list(self._topics.values()))
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def config(self, name: str) -> LogConfig:
+        """The topic's effective config: broker defaults with its overrides (cached)."""
+        cached = self._configs.get(name)
+        if cached is None:
+            info = self._topics.get(name)
+            cached = self.defaults.with_overrides(info.configs) if info and info.configs else self.defaults
+            self._configs[name] = cached
+        return cached
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def check_configs(self, configs: Mapping[str, str | None]) -> LogConfig:
+        """Validate overrides (unknown keys, bad values, cross-key rules) without applying them."""
+        clean = {k: v for k, v in configs.items() if v is not None}
+        try:
+            return self.defaults.with_overrides(clean)
+        except InvalidConfigError as e:
+            raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+
+    def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
+               topic_id: uuid.UUID | None = None) -> TopicInfo:
+        validate_topic_name(name)
+        if name in self._topics:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions < 1:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        self.check_configs(configs or {})
+        info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs or {}))
+        self._add(info)
+        self._save()
+        return info
+
+    def delete(self, name: str) -> TopicInfo:
+        info = self._topics.pop(name, None)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        self._by_id.pop(info.topic_id, None)
+        self._configs.pop(name, None)
+        self._save()
+        return info
+
+    def set_partitions(self, name: str, count: int) -> TopicInfo:
+        info = self._topics[name]
+        info.partitions = count
+        self._save()
+        return info
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> LogConfig:
+        """Replace the topic's overrides (validated first); returns the new effective config."""
+        effective = self.check_configs(configs)
+        info = self._topics[name]
+        info.configs = dict(configs)
+        self._configs[name] = effective
+        self._save()
+        return effective

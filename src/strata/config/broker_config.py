@@ -1,0 +1,225 @@
+"""Broker configuration: Kafka's ``server.properties`` keys, defaults and validation.
+
+The ``log.*`` keys are the broker-wide defaults of topic configs (``log.segment.bytes`` is the
+default ``segment.bytes``, ``message.max.bytes`` the default ``max.message.bytes`` ...), resolved
+here into one :class:`LogConfig` that every topic starts from before its own overrides.
+
+Unknown keys fail at startup with the key named: a typo in a config file must not silently fall
+back to a default. Keys Kafka has but a single-node Python broker has no use for (thread counts,
+replication tuning) are accepted and listed in ``IGNORED_KEYS`` so real configs still load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
+from strata.config.log_config import LogConfig
+from strata.errors import InvalidConfigError
+
+HOUR_MS = 60 * 60 * 1000
+
+BROKER_CONFIG_DEF = ConfigDef([
+    ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], None, "Where the broker accepts connections"),
+    ConfigKey("advertised.listeners", "list", None, None, "What clients are told to connect to"),
+    ConfigKey("node.id", "int", 1, at_least(0), "This broker's id"),
+    ConfigKey("broker.id", "int", None, at_least(-1), "Older name of node.id"),
+    ConfigKey("cluster.id", "string", None, None, "Cluster id for meta.properties (generated when unset)"),
+    ConfigKey("log.dirs", "list", None, None, "Directories holding the partition logs"),
+    ConfigKey("log.dir", "string", "/tmp/strata-logs", None, "Used when log.dirs is not set"),
+    ConfigKey("num.partitions", "int", 1, at_least(1), "Partitions of an auto-created topic"),
+    ConfigKey("default.replication.factor", "int", 1, at_least(1), "Replication factor of auto-created topics"),
+    ConfigKey("auto.create.topics.enable", "bool", True, None, "Create a topic on first Metadata/Produce"),
+    ConfigKey("delete.topic.enable", "bool", True, None, "Allow DeleteTopics"),
+    ConfigKey("socket.request.max.bytes", "int", 104_857_600, at_least(1), "Largest request frame accepted"),
+    ConfigKey("connections.max.idle.ms", "long", 600_000, at_least(0), "Close idle connections after this"),
+    ConfigKey("log.retention.check.interval.ms", "long", 300_000, at_least(1), "How often retention runs"),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60_000, at_least(0), ""),
+    ConfigKey("log.flush.scheduler.interval.ms", "long", 2**63 - 1, at_least(0), ""),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, at_least(0),
+              "Wait this long for more members before the first rebalance of an empty group"),
+    ConfigKey("group.min.session.timeout.ms", "int", 6000, at_least(0), ""),
+    ConfigKey("group.max.session.timeout.ms", "int", 1_800_000, at_least(0), ""),
+    ConfigKey("group.max.size", "int", 2**31 - 1, at_least(1), ""),
+    ConfigKey("offsets.topic.num.partitions", "int", 50, at_least(1), "Partitions of __consumer_offsets"),
+    ConfigKey("offsets.topic.replication.factor", "int", 3, at_least(1), "Accepted; single node uses 1"),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104_857_600, at_least(1), ""),
+    ConfigKey("offsets.retention.minutes", "int", 7 * 24 * 60, at_least(1), ""),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600_000, at_least(1), ""),
+    ConfigKey("producer.id.expiration.ms", "int", 86_400_000, at_least(1), ""),
+    # broker-wide defaults of topic configs
+    ConfigKey("log.segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Default segment.bytes"),
+    ConfigKey("log.roll.ms", "long", None, at_least(1), "Default segment.ms"),
+    ConfigKey("log.roll.hours", "int", 7 * 24, at_least(1), "Default segment.ms, in hours"),
+    ConfigKey("log.roll.jitter.ms", "long", None, at_least(0), ""),
+    ConfigKey("log.roll.jitter.hours", "int", 0, at_least(0), ""),
+    ConfigKey("log.retention.ms", "long", None, at_least(-1), "Default retention.ms"),
+    ConfigKey("log.retention.minutes", "int", None, at_least(-1), ""),
+    ConfigKey("log.retention.hours", "int", 168, at_least(-1), ""),
+    ConfigKey("log.retention.bytes", "long", -1, at_least(-1), "Default retention.bytes"),
+    ConfigKey("log.local.retention.ms", "long", -2, at_least(-2), "Default local.retention.ms"),
+    ConfigKey("log.local.retention.bytes", "long", -2, at_least(-2), "Default local.retention.bytes"),
+    ConfigKey("log.index.interval.bytes", "int", 4096, at_least(0), ""),
+    ConfigKey("log.index.size.max.bytes", "int", 10 * 1024 * 1024, at_least(4), ""),
+    ConfigKey("log.segment.delete.delay.ms", "long", 60_000, at_least(0), "Default file.delete.delay.ms"),
+    ConfigKey("log.flush.interval.messages", "long", 2**63 - 1, at_least(1), "Default flush.messages"),
+    ConfigKey("log.flush.interval.ms", "long", None, at_least(0), "Default flush.ms"),
+    ConfigKey("log.cleanup.policy", "list", ["delete"], list_of("delete", "compact"), ""),
+    ConfigKey("log.message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"), ""),
+    ConfigKey("log.message.timestamp.before.max.ms", "long", 2**63 - 1, at_least(0), ""),
+    ConfigKey("log.message.timestamp.after.max.ms", "long", 3_600_000, at_least(0), ""),
+    ConfigKey("message.max.bytes", "int", 1_048_588, at_least(0), "Default max.message.bytes"),
+    ConfigKey("compression.type", "string", "producer",
+              one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), ""),
+    ConfigKey("min.insync.replicas", "int", 1, at_least(1), ""),
+])
+
+# Kafka keys that configure machinery a single asyncio process does not have.
+IGNORED_KEYS = frozenset({
+    "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
+    "listener.security.protocol.map", "inter.broker.listener.name", "num.network.threads", "num.io.threads",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "share.coordinator.state.topic"
+    ".replication.factor", "share.coordinator.state.topic.min.isr", "num.replica.fetchers",
+    "replica.lag.time.max.ms", "zookeeper.connect", "group.coordinator.rebalance.protocols",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> Listener:
+        name, sep, rest = text.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not port.isdigit():
+            raise InvalidConfigError(f"Invalid value {text!r} for configuration {key}: expected NAME://HOST:PORT")
+        if name.upper() != "PLAINTEXT":
+            raise InvalidConfigError(f"Invalid value {text!r} for configuration {key}: only PLAINTEXT is supported")
+        return cls(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: int
+    listener: Listener
+    advertised_listener: Listener
+    cluster_id: str | None
+    log_dirs: tuple[Path, ...]
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    socket_request_max_bytes: int
+    connections_max_idle_ms: int
+    log_retention_check_interval_ms: int
+    log_flush_offset_checkpoint_interval_ms: int
+    log_flush_scheduler_interval_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_max_size: int
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_ms: int
+    producer_id_expiration_ms: int
+    log_config: LogConfig
+    raw: Mapping[str, str]
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, object]) -> BrokerConfig:
+        """Parse and validate; an unknown key or bad value raises InvalidConfigError naming the key."""
+        known = {k: v for k, v in props.items() if k not in IGNORED_KEYS}
+        p = BROKER_CONFIG_DEF.parse(known)
+        listeners = [Listener.parse(t, "listeners") for t in p["listeners"]]
+        if len(listeners) != 1:
+            raise InvalidConfigError("Invalid value for configuration listeners: exactly one listener is supported")
+        advertised = [Listener.parse(t, "advertised.listeners") for t in p["advertised.listeners"] or []]
+        listener = listeners[0]
+        if advertised:
+            adv = advertised[0]
+        else:
+            host = listener.host if listener.host not in ("0.0.0.0", "::") else "127.0.0.1"
+            adv = Listener(listener.name, host, listener.port)
+        node_id = p["node.id"] if p["broker.id"] is None or "node.id" in props else p["broker.id"]
+        dirs = p["log.dirs"] or [p["log.dir"]]
+        return cls(
+            node_id=node_id,
+            listener=listener,
+            advertised_listener=adv,
+            cluster_id=p["cluster.id"],
+            log_dirs=tuple(Path(d).expanduser() for d in dirs),
+            num_partitions=p["num.partitions"],
+            default_replication_factor=p["default.replication.factor"],
+            auto_create_topics_enable=p["auto.create.topics.enable"],
+            delete_topic_enable=p["delete.topic.enable"],
+            socket_request_max_bytes=p["socket.request.max.bytes"],
+            connections_max_idle_ms=p["connections.max.idle.ms"],
+            log_retention_check_interval_ms=p["log.retention.check.interval.ms"],
+            log_flush_offset_checkpoint_interval_ms=p["log.flush.offset.checkpoint.interval.ms"],
+            log_flush_scheduler_interval_ms=p["log.flush.scheduler.interval.ms"],
+            group_initial_rebalance_delay_ms=p["group.initial.rebalance.delay.ms"],
+            group_min_session_timeout_ms=p["group.min.session.timeout.ms"],
+            group_max_session_timeout_ms=p["group.max.session.timeout.ms"],
+            group_max_size=p["group.max.size"],
+            offsets_topic_num_partitions=p["offsets.topic.num.partitions"],
+            offsets_topic_segment_bytes=p["offsets.topic.segment.bytes"],
+            offsets_retention_ms=p["offsets.retention.minutes"] * 60_000,
+            producer_id_expiration_ms=p["producer.id.expiration.ms"],
+            log_config=_default_log_config(p),
+            raw={k: str(v) for k, v in props.items()},
+        )
+
+    @classmethod
+    def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        """``--config FILE`` then ``--set KEY=VALUE`` (overrides win)."""
+        props: dict[str, object] = {}
+        if path is not None:
+            try:
+                props.update(parse_properties(Path(path).read_text()))
+            except OSError as e:
+                raise InvalidConfigError(f"cannot read config file {path}: {e}") from e
+        props.update(overrides or {})
+        return cls.from_props(props)
+
+
+def _default_log_config(p: Mapping[str, Any]) -> LogConfig:
+    """Kafka's precedence: ``*.ms`` over ``*.minutes`` over ``*.hours``."""
+    if p["log.retention.ms"] is not None:
+        retention_ms = p["log.retention.ms"]
+    elif p["log.retention.minutes"] is not None:
+        retention_ms = p["log.retention.minutes"] * 60_000
+    else:
+        retention_ms = p["log.retention.hours"] * HOUR_MS
+    retention_ms = -1 if retention_ms < 0 else retention_ms
+    segment_ms = p["log.roll.ms"] if p["log.roll.ms"] is not None else p["log.roll.hours"] * HOUR_MS
+    jitter = p["log.roll.jitter.ms"] if p["log.roll.jitter.ms"] is not None else p["log.roll.jitter.hours"] * HOUR_MS
+    flush_ms = p["log.flush.interval.ms"] if p["log.flush.interval.ms"] is not None \
+        else p["log.flush.scheduler.interval.ms"]
+    return LogConfig.from_props({
+        "segment.bytes": p["log.segment.bytes"],
+        "segment.ms": segment_ms,
+        "segment.jitter.ms": jitter,
+        "segment.index.bytes": p["log.index.size.max.bytes"],
+        "index.interval.bytes": p["log.index.interval.bytes"],
+        "retention.ms": retention_ms,
+        "retention.bytes": p["log.retention.bytes"],
+        "local.retention.ms": p["log.local.retention.ms"],
+        "local.retention.bytes": p["log.local.retention.bytes"],
+        "file.delete.delay.ms": p["log.segment.delete.delay.ms"],
+        "max.message.bytes": p["message.max.bytes"],
+        "message.timestamp.type": p["log.message.timestamp.type"],
+        "message.timestamp.before.max.ms": p["log.message.timestamp.before.max.ms"],
+        "message.timestamp.after.max.ms": p["log.message.timestamp.after.max.ms"],
+        "cleanup.policy": ",".join(p["log.cleanup.policy"]),
+        "compression.type": p["compression.type"],
+        "flush.messages": p["log.flush.interval.messages"],
+        "flush.ms": flush_ms,
+        "min.insync.replicas": p["min.insync.replicas"],
+    })

@@ -1,0 +1,222 @@
+"""Kafka frames: a 4-byte size, a request header, a body; responses the other way round.
+
+Every API's message classes come from kio (generated from Kafka's JSON specs). This module only
+knows the framing rules and two special cases Kafka has:
+
+* ApiVersions responses always use response header v0 (a client that does not yet know the
+  broker's versions must be able to read the answer), which kio encodes for us;
+* a request for a version the broker does not know is still answered when it can be: with the
+  API's own response at that version carrying ``UNSUPPORTED_VERSION`` when kio knows the version,
+  else (ApiVersions) with an ApiVersions v0 response listing what is supported.
+
+Fetch responses can carry record bytes that live in segment files: :func:`encode_response` takes
+``splices``, placeholders put into ``records`` fields that are replaced by the real objects (file
+slices) in the output parts, so record bytes never pass through Python (see :class:`Splice`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from strata.errors import CorruptRecordError
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+API_VERSIONS_KEY = 18
+
+
+class MalformedRequestError(CorruptRecordError):
+    """A frame whose header or body does not parse: the connection is closed, as Kafka does."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderInfo:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded request; ``body`` is ``None`` when the API or version is unknown to the broker."""
+
+    header: RequestHeaderInfo
+    body: Any
+    size: int
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+
+@cache
+def known_versions() -> dict[int, tuple[int, int]]:
+    """Every (api_key → (min, max)) version range that kio can encode and decode."""
+    out = {}
+    for key, name in api_key_map.items():
+        versions = [v for v, kinds in schema_name_map[name].items() if EntityType.request in kinds]
+        if versions:
+            out[key] = (min(versions), max(versions))
+    return out
+
+
+@cache
+def request_class(api_key: int, api_version: int) -> type | None:
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+@cache
+def response_class(api_key: int, api_version: int) -> type | None:
+    try:
+        return load_response_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+def peek_header(frame: bytes | memoryview) -> RequestHeaderInfo:
+    """Key, version and correlation id: the part of a header every version shares."""
+    if len(frame) < _KEY_VERSION_CORRELATION.size:
+        raise MalformedRequestError(f"request frame of {len(frame)} bytes is shorter than a request header")
+    key, version, correlation = _KEY_VERSION_CORRELATION.unpack_from(frame, 0)
+    return RequestHeaderInfo(key, version, correlation, None)
+
+
+def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = None) -> Request:
+    """Parse one frame (the bytes after the size prefix).
+
+    A version outside ``supported`` (default: all kio knows) gives a ``Request`` with no body, to
+    be answered with UNSUPPORTED_VERSION; a body that does not parse raises MalformedRequestError.
+    """
+    info = peek_header(frame)
+    ranges = supported if supported is not None else known_versions()
+    lo_hi = ranges.get(info.api_key)
+    cls = request_class(info.api_key, info.api_version) if lo_hi and lo_hi[0] <= info.api_version <= lo_hi[1] \
+        else None
+    if cls is None:
+        return Request(info, None, len(frame))
+    try:
+        header, pos = entity_reader(cls.__header_schema__)(frame, 0)  # returns (value, bytes consumed)
+        body, used = entity_reader(cls)(frame, pos)
+        end = pos + used
+    except Exception as e:  # kio raises assorted errors (struct, unicode, value) on garbage
+        raise MalformedRequestError(
+            f"cannot decode {type(cls).__name__} {cls.__name__} v{info.api_version}: {type(e).__name__}: {e}"
+        ) from e
+    if end != len(frame):
+        raise MalformedRequestError(
+            f"{cls.__name__} v{info.api_version}: {len(frame) - end} trailing bytes after the body"
+        )
+    return Request(RequestHeaderInfo(info.api_key, info.api_version, info.correlation_id, header.client_id),
+                   body, len(frame))
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+
+class Splice:
+    """A placeholder for record bytes that are sent from elsewhere (a file slice, via sendfile).
+
+    Put ``splice.marker`` in a ``records`` field; :func:`encode_response` swaps marker and length
+    prefix for the real length and yields ``splice.payload`` as its own output part.
+    """
+
+    _prefix = os.urandom(12)
+    _counter = 0
+
+    __slots__ = ("marker", "payload", "size")
+
+    def __init__(self, payload: Any, size: int) -> None:
+        Splice._counter += 1
+        self.marker = Splice._prefix + _SIZE.pack(Splice._counter & 0x7FFFFFFF)
+        self.payload = payload
+        self.size = size
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_body(body: Any, correlation_id: int) -> bytes:
+    header_cls = type(body).__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    entity_writer(type(body))(buf, body)
+    return buf.getvalue()
+
+
+def encode_response(body: Any, correlation_id: int, splices: list[Splice] | None = None) -> list[Any]:
+    """The response frame as parts: ``bytes``, and each splice's payload where its records go."""
+    raw = encode_body(body, correlation_id)
+    if not splices:
+        view = bytearray(raw)
+        _SIZE.pack_into(view, 0, len(raw) - 4)
+        return [bytes(view)]
+    flexible = type(body).__flexible__
+    marker_len = len(splices[0].marker)
+    legacy_prefix = _SIZE.pack(marker_len)
+    compact_prefix = _uvarint(marker_len + 1)
+    parts: list[Any] = []
+    total = len(raw) - 4
+    pos = 4
+    for splice in splices:
+        at = raw.find(splice.marker, pos)
+        prefix = compact_prefix if flexible else legacy_prefix
+        start = at - len(prefix)
+        if at < 0 or raw[start:at] != prefix:
+            raise ValueError("a splice marker is missing from the encoded response")
+        new_prefix = _uvarint(splice.size + 1) if flexible else _SIZE.pack(splice.size)
+        parts.append(raw[pos:start] + new_prefix)
+        parts.append(splice.payload)
+        total += len(new_prefix) - len(prefix) + splice.size - marker_len
+        pos = at + marker_len
+    parts.append(raw[pos:])
+    parts[0] = _SIZE.pack(total) + parts[0]
+    return parts
+
+
+def zero_response(cls: type, **values: Any) -> Any:
+    """An instance of ``cls`` with every required field at its zero value (errors, empty lists)."""
+    from strata.protocol.build import make, zero_values
+
+    return make(cls, **{**zero_values(cls), **values})
+
+
+def unsupported_version_response(api_key: int, api_version: int, correlation_id: int,
+                                 supported: dict[int, tuple[int, int]]) -> bytes:
+    """Kafka's answer to a version it does not speak (35 UNSUPPORTED_VERSION)."""
+    if api_key == API_VERSIONS_KEY:
+        cls = response_class(API_VERSIONS_KEY, 0)
+        assert cls is not None
+        body = zero_response(cls, error_code=35, api_keys=[
+            {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(supported.items())
+        ])
+        return b"".join(encode_response(body, correlation_id))
+    cls = response_class(api_key, api_version)
+    if cls is not None:
+        return b"".join(encode_response(zero_response(cls, error_code=35), correlation_id))
+    # No schema for this version anywhere: the correlation id and the error code are all we can say.
+    return _SIZE.pack(6) + struct.pack(">ih", correlation_id, 35)

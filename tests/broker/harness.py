@@ -1,0 +1,109 @@
+"""A real broker process for tests: ``python -m strata serve`` on 127.0.0.1, an ephemeral port.
+
+Started with bounded waits (the ready line within ``READY_TIMEOUT_S``), stopped by its pid
+(SIGTERM, then SIGKILL after a bound), its stderr kept in ``broker.log`` beside its data so a
+failing test can show what the broker said.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+_READY = re.compile(r"strata broker ready on ([\d.]+):(\d+)")
+
+TEST_DEFAULTS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "5",
+    "log.segment.delete.delay.ms": "0",
+}
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, props: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.props = {**TEST_DEFAULTS, **(props or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+        self.log_path = data_dir / "broker.log"
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.port is not None, "broker not started"
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        """Start (or restart on the same port, so clients can reconnect) and wait for the ready line."""
+        assert self.proc is None, "already running"
+        port = self.port or 0
+        args = [sys.executable, "-m", "strata", "serve",
+                "--set", f"log.dirs={self.data_dir / 'logs'}",
+                "--set", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+        for k, v in self.props.items():
+            args += ["--set", f"{k}={v}"]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.log_path, "ab")  # noqa: SIM115 (owned by the child)
+        offset = self.log_path.stat().st_size
+        self.proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log_file.close()
+        self.starts += 1
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+            m = _READY.search(text)
+            if m:
+                self.port = int(m.group(2))
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{text[-4000:]}")
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker not ready after {READY_TIMEOUT_S}s:\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Signal the broker and wait for it to exit; returns its exit code."""
+        if self.proc is None:
+            return 0
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+                raise RuntimeError(
+                    f"broker did not stop within {STOP_TIMEOUT_S}s of {sig!r}:\n{self.tail()}") from None
+        return proc.returncode
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown work at all."""
+        self.stop(signal.SIGKILL)
+
+    def restart(self, hard: bool = False) -> BrokerProcess:
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        return self.start()
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def __del__(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
