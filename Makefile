@@ -21,7 +21,7 @@ soak: venv
 	$(PY) -m pytest -m slow -q $(PYTEST_ARGS)
 
 run: venv
-	$(PY) -m strata demo
+	$(PY) -m strata serve --config config/server.properties
 
 bench: venv
 	$(PY) bench/run.py $(BENCH_ARGS)

@@ -71,7 +71,7 @@ class LogManager:
         marker = log_dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
         self.had_clean_shutdown[log_dir] = clean
-        if not clean:
+        if not clean and any(parse_partition_dir(p.name) for p in log_dir.iterdir() if p.is_dir()):
             log.warning("no clean shutdown marker in %s: recovering logs from their recovery points", log_dir)
         recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
         log_starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
