@@ -37,6 +37,17 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("min.insync.replicas", "int", 1, at_least(1), ""),
     ConfigKey("preallocate", "bool", False, None, "Accepted for compatibility; segments are not preallocated"),
     ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, between(0, 1), "Accepted for compatibility"),
+    # Accepted and stored so tools that set them work; compaction and replication are not implemented yet.
+    ConfigKey("delete.retention.ms", "long", DAY_MS, at_least(0), "Accepted for compatibility (compaction)"),
+    ConfigKey("min.compaction.lag.ms", "long", 0, at_least(0), "Accepted for compatibility (compaction)"),
+    ConfigKey("max.compaction.lag.ms", "long", 2**63 - 1, at_least(1), "Accepted for compatibility (compaction)"),
+    ConfigKey("unclean.leader.election.enable", "bool", False, None, "Accepted for compatibility"),
+    ConfigKey("compression.gzip.level", "int", -1, between(-1, 9), "Accepted; batches are stored as produced"),
+    ConfigKey("compression.lz4.level", "int", 9, between(1, 17), "Accepted; batches are stored as produced"),
+    ConfigKey("compression.zstd.level", "int", 3, between(-131072, 22), "Accepted; batches are stored as produced"),
+    ConfigKey("leader.replication.throttled.replicas", "list", [], None, "Accepted for compatibility"),
+    ConfigKey("follower.replication.throttled.replicas", "list", [], None, "Accepted for compatibility"),
+    ConfigKey("message.downconversion.enable", "bool", True, None, "Accepted for compatibility"),
 ])
 
 
@@ -66,13 +77,25 @@ class LogConfig:
     min_insync_replicas: int = 1
     preallocate: bool = False
     min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = DAY_MS
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    unclean_leader_election_enable: bool = False
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
+    message_downconversion_enable: bool = True
 
     @classmethod
     def from_props(cls, props: Mapping[str, object], *, allow_unknown: bool = False) -> LogConfig:
         """Parse Kafka topic config keys; unknown keys and invalid values raise InvalidConfigError."""
         parsed = LOG_CONFIG_DEF.parse(props, allow_unknown=allow_unknown)
         values: dict[str, Any] = {name.replace(".", "_"): value for name, value in parsed.items()}
-        values["cleanup_policy"] = tuple(values["cleanup_policy"])
+        for name in ("cleanup_policy", "leader_replication_throttled_replicas",
+                     "follower_replication_throttled_replicas"):
+            values[name] = tuple(values[name])
         config = cls(**values)
         config.validate()
         return config
