@@ -108,3 +108,15 @@ class ReplicaManager:
     def wake_all(self) -> None:
         for tp in list(self._waiters):
             self._wake(tp)
+
+    # -- admin --------------------------------------------------------------------------------
+
+    def add_partitions(self, info: TopicInfo, first_new: int) -> None:
+        """CreatePartitions: create the logs of partitions ``first_new .. info.partitions - 1``.
+
+        The registry already holds the new count, so a crash before every log exists is repaired
+        at the next start (``Broker.start`` opens every partition the registry lists).
+        """
+        config = self.topics.config(info.name)
+        for p in range(first_new, info.partitions):
+            self.logs.get_or_create_log(TopicPartition(info.name, p), info.topic_id, config)

@@ -26,9 +26,10 @@ from strata.broker.group.coordinator import GroupCoordinator
 from strata.broker.partitions import ReplicaManager
 from strata.broker.producer_ids import ProducerIdManager
 from strata.broker.topics import TopicInfo, TopicRegistry
-from strata.common import SystemClock, ThreadScheduler
+from strata.common import SystemClock, ThreadScheduler, TopicPartition
+from strata.config import LogConfig
 from strata.config.broker_config import BrokerConfig
-from strata.errors import KafkaStorageError
+from strata.errors import ApiError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.manager import LogManager
 
@@ -111,6 +112,38 @@ class Broker:
         self.replicas.close_topic(info)
         log.info("deleted topic %s", name)
         return info
+
+    # -- admin --------------------------------------------------------------------------------
+    # Topic administration (CreatePartitions, AlterConfigs, DeleteRecords): the registry is changed
+    # first (it is what a restart trusts), then the live logs follow.
+
+    def add_partitions(self, name: str, count: int) -> TopicInfo:
+        """Grow ``name`` to ``count`` partitions (the handler has checked it is an increase)."""
+        info = self.topics.get(name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        old = info.partitions
+        info = self.topics.set_partitions(name, count)
+        self.replicas.add_partitions(info, old)
+        log.info("topic %s: %d -> %d partitions", name, old, count)
+        return info
+
+    def set_topic_configs(self, name: str, overrides: dict[str, str]) -> LogConfig:
+        """Replace the topic's overrides (persisted), then apply them to its open logs at once."""
+        effective = self.topics.set_configs(name, overrides)
+        self.replicas.apply_config(name)
+        log.info("topic %s: config overrides now %s", name, overrides)
+        return effective
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords on one partition; returns the new log start offset (the low watermark).
+
+        The log start offsets are checkpointed at once so a ``kill -9`` cannot bring the deleted
+        records back (Kafka waits for the periodic checkpoint; one small write here is cheap).
+        """
+        low = self.replicas.get_log(tp).delete_records(offset)
+        self.logs.checkpoint()
+        return low
 
     # -- lifecycle ----------------------------------------------------------------------------
 

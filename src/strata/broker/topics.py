@@ -154,3 +154,13 @@ class TopicRegistry:
         self._configs[name] = effective
         self._save()
         return effective
+
+    # -- admin --------------------------------------------------------------------------------
+
+    def colliding_topic(self, name: str) -> str | None:
+        """Another topic whose name differs only in '.' versus '_' (Kafka's ``Topic.hasCollisionChars``):
+        both would map to the same metric names, so Kafka refuses the second one."""
+        if "." not in name and "_" not in name:
+            return None
+        unified = name.replace(".", "_")
+        return next((t for t in self._topics if t != name and t.replace(".", "_") == unified), None)

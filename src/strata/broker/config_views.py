@@ -1,0 +1,398 @@
+"""What DescribeConfigs, CreateTopics (v5+) and the two AlterConfigs APIs say about configs.
+
+Kafka answers a config question with more than a value: where the value came from
+(``config_source``), the chain of places it could have come from (``synonyms``, highest precedence
+first), whether it can be changed at runtime (``read_only``) and its type. Tools such as
+``kafka-configs.sh --describe --all``, Cruise Control and the admin clients use the source to tell
+a topic override from an inherited broker default, so it must follow Kafka's rules exactly:
+
+* a topic key's synonyms are its override (``TOPIC_CONFIG``, 1), then each of its ``log.*``
+  broker synonyms as set in ``server.properties`` (``STATIC_BROKER_CONFIG``, 4), then each that has
+  a built-in default (``DEFAULT_CONFIG``, 5); the entry's source is the first synonym's source
+  (Kafka's ``ConfigHelper.createTopicConfigEntry`` and ``configSynonyms``);
+* a broker key's synonyms are the same chain over its own synonym group (``log.retention.ms`` /
+  ``.minutes`` / ``.hours``) with everything ranked above the key itself dropped;
+* synonym values are the raw strings as configured (``log.retention.hours=168``), the entry's value
+  is the effective parsed value of the key itself.
+
+Strata has no dynamic broker configs: broker keys are read-only and altering them is refused with
+a message saying where to set them. Topic overrides are replaced (AlterConfigs) or edited
+(IncrementalAlterConfigs SET/DELETE/APPEND/SUBTRACT) here, validated by the caller with
+``TopicRegistry.check_configs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from strata.broker.topics import validate_topic_name
+from strata.config.broker_config import BROKER_CONFIG_DEF, IGNORED_KEYS, BrokerConfig
+from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
+from strata.errors import ApiError, ErrorCode
+
+if TYPE_CHECKING:
+    from strata.broker.server import Broker
+
+
+class ResourceType(IntEnum):
+    """``ConfigResource.Type`` ids (the DescribeConfigs/AlterConfigs ``resource_type``)."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+class ConfigSource(IntEnum):
+    """``DescribeConfigsResponse.ConfigSource`` ids."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class ConfigType(IntEnum):
+    """``DescribeConfigsResponse.ConfigType`` ids (DescribeConfigs v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class AlterOp(IntEnum):
+    """IncrementalAlterConfigs ``config_operation``."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+_TYPES = {"bool": ConfigType.BOOLEAN, "string": ConfigType.STRING, "int": ConfigType.INT, "long": ConfigType.LONG,
+          "double": ConfigType.DOUBLE, "list": ConfigType.LIST}
+
+# Kafka's ServerTopicConfigSynonyms: topic key -> the broker key that supplies its default. Topic keys
+# missing here (remote.storage.enable, remote.log.*) have no broker-wide default in Kafka either.
+TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+}
+
+# Kafka broker keys that are topic synonyms but that Strata's server.properties does not accept
+# (so they can only ever be at their Kafka default, which equals the topic default).
+_EXTRA_BROKER_DEFAULTS = {"log.preallocate": "false", "log.cleaner.min.cleanable.ratio": "0.5"}
+
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: keys that set the same thing, highest precedence first.
+_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+_GROUP_OF = {name: group for group in _SYNONYM_GROUPS for name in group if name != "log.flush.scheduler.interval.ms"}
+
+STRATA_READ_ONLY = ("Strata has no dynamic broker configs: set broker keys in server.properties "
+                    "(or with --set) and restart the broker")
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    return _GROUP_OF.get(name, (name,))
+
+
+def format_value(value: Any) -> str | None:
+    """Kafka's ``ConfigDef.convertToString``: lists comma-joined, booleans lower case, null stays null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _broker_default(name: str) -> str | None:
+    key = BROKER_CONFIG_DEF.keys.get(name)
+    if key is not None:
+        return format_value(key.default)
+    return _EXTRA_BROKER_DEFAULTS.get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """One key as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    config_type: ConfigType
+    synonyms: tuple[Synonym, ...]
+    documentation: str | None
+    is_sensitive: bool = False
+
+    def describe_entry(self, include_synonyms: bool, include_documentation: bool) -> dict[str, Any]:
+        return {
+            "name": self.name, "value": self.value, "read_only": self.read_only, "config_source": self.source,
+            "is_sensitive": self.is_sensitive, "config_type": self.config_type,
+            "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in self.synonyms]
+            if include_synonyms else [],
+            "documentation": self.documentation if include_documentation else None,
+        }
+
+    def create_topics_entry(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "read_only": self.read_only, "config_source": self.source,
+                "is_sensitive": self.is_sensitive}
+
+
+class ConfigViews:
+    """Describes topic and broker configs of one broker: its ``server.properties`` and built-in defaults."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.static: Mapping[str, str] = config.raw
+
+    def _static_chain(self, names: Iterable[str]) -> list[Synonym]:
+        """Kafka's ``configSynonyms``: every static setting of the group, then every built-in default."""
+        names = list(names)
+        chain = [Synonym(n, self.static[n], ConfigSource.STATIC_BROKER_CONFIG) for n in names if n in self.static]
+        for n in names:
+            default = _broker_default(n)
+            if default is not None:
+                chain.append(Synonym(n, default, ConfigSource.DEFAULT_CONFIG))
+        return chain
+
+    def topic_configs(self, overrides: Mapping[str, str], effective: LogConfig) -> list[ConfigView]:
+        """Every topic key, sorted by name, with the value ``effective`` gives it."""
+        values = effective.to_props()
+        out = []
+        for name in sorted(LOG_CONFIG_DEF.keys):
+            key = LOG_CONFIG_DEF.keys[name]
+            value = values.get(name)
+            synonyms: list[Synonym] = []
+            if name in overrides:
+                synonyms.append(Synonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+            broker_key = TOPIC_CONFIG_SYNONYMS.get(name)
+            if broker_key is not None:
+                synonyms += self._static_chain(broker_synonyms(broker_key))
+            source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+            out.append(ConfigView(name, value, source, False, _TYPES.get(key.type, ConfigType.UNKNOWN),
+                                  tuple(synonyms), key.doc or None))
+        return out
+
+    def broker_configs(self) -> list[ConfigView]:
+        """Every key of this broker (the ``resource_name`` = node id view), sorted by name."""
+        known = {k: v for k, v in self.static.items() if k not in IGNORED_KEYS}
+        parsed = BROKER_CONFIG_DEF.parse(known, allow_unknown=True)
+        out = []
+        for name, key in BROKER_CONFIG_DEF.keys.items():
+            chain = self._static_chain(broker_synonyms(name))
+            while chain and chain[0].name != name:  # drop what outranks the key itself
+                chain.pop(0)
+            source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
+            out.append(ConfigView(name, format_value(parsed[name]), source, True,
+                                  _TYPES.get(key.type, ConfigType.UNKNOWN), tuple(chain), key.doc or None))
+        for name in sorted(set(self.static) & IGNORED_KEYS):
+            value = self.static[name]
+            out.append(ConfigView(name, value, ConfigSource.STATIC_BROKER_CONFIG, True, ConfigType.UNKNOWN,
+                                  (Synonym(name, value, ConfigSource.STATIC_BROKER_CONFIG),),
+                                  "Accepted for compatibility; not used by Strata"))
+        out.sort(key=lambda v: v.name)
+        return out
+
+
+def select(views: Iterable[ConfigView], keys: Sequence[str] | None) -> list[ConfigView]:
+    """DescribeConfigs ``configuration_keys``: null or empty means every key; unknown names are skipped."""
+    if not keys:
+        return list(views)
+    wanted = set(keys)
+    return [v for v in views if v.name in wanted]
+
+
+def check_broker_resource_name(name: str, node_id: int, *, allow_empty: bool) -> None:
+    """A BROKER resource names this node (or, where Kafka allows it, "" for cluster-wide defaults)."""
+    if name == "" and allow_empty:
+        return
+    try:
+        given = int(name)
+    except ValueError:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}") from None
+    if given != node_id:
+        expected = f"{node_id} or empty string" if allow_empty else f"{node_id}"
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {expected}, but received {name}")
+
+
+# -- altering ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    name: str
+    value: str | None
+    op: int = AlterOp.SET
+
+
+_OPS = frozenset(int(op) for op in AlterOp)
+
+
+def check_changes(changes: Sequence[ConfigChange], *, incremental: bool) -> None:
+    """Kafka's ``ConfigAdminManager.preprocess``: duplicate keys, null values, unknown operations."""
+    names = [c.name for c in changes]
+    if len(set(names)) != len(names):
+        raise ApiError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    if incremental:
+        for c in changes:
+            if c.op not in _OPS:
+                raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {c.op}")
+    nulls = [c.name for c in changes if c.value is None and not (incremental and c.op == AlterOp.DELETE)]
+    if nulls:
+        raise ApiError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+
+
+def replace_topic_overrides(changes: Sequence[ConfigChange]) -> dict[str, str]:
+    """Legacy AlterConfigs: the request's entries become the topic's whole override set."""
+    return {c.name: c.value for c in changes if c.value is not None}
+
+
+def incremental_topic_overrides(current: Mapping[str, str], changes: Sequence[ConfigChange]) -> dict[str, str]:
+    """IncrementalAlterConfigs on a topic's overrides (Kafka's ``incrementalAlterConfigResource``).
+
+    APPEND and SUBTRACT work on LIST keys only; they start from the override, or from the key's
+    built-in default when the topic has none (Kafka's ``KafkaConfigSchema.getDefault``).
+    """
+    new = dict(current)
+    for c in changes:
+        op = AlterOp(c.op)
+        if op is AlterOp.SET:
+            assert c.value is not None
+            new[c.name] = c.value
+        elif op is AlterOp.DELETE:
+            new.pop(c.name, None)
+        else:
+            key = LOG_CONFIG_DEF.keys.get(c.name)
+            if key is None or key.type != "list":
+                raise ApiError(ErrorCode.INVALID_CONFIG,
+                               f"Can't {op.name} to key {c.name} because its type is not LIST.")
+            base = new.get(c.name)
+            if base is None:
+                base = format_value(key.default) or ""
+            parts = [p for p in base.split(",") if p]
+            for item in (c.value or "").split(","):
+                if op is AlterOp.APPEND and item not in parts:
+                    parts.append(item)
+                elif op is AlterOp.SUBTRACT and item in parts:
+                    parts.remove(item)
+            new[c.name] = ",".join(parts)
+    return new
+
+
+def refuse_broker_changes(changes: Sequence[ConfigChange]) -> None:
+    """Broker keys are read-only in Strata; an empty change set is a successful no-op, as in Kafka."""
+    if not changes:
+        return
+    names = ", ".join(sorted(c.name for c in changes))
+    raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {names}. {STRATA_READ_ONLY}")
+
+
+def _type_name(resource_type: int) -> str:
+    try:
+        return ResourceType(resource_type).name
+    except ValueError:
+        return str(resource_type)
+
+
+def duplicate_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
+    """(type, name) pairs named more than once in one request: Kafka fails every copy."""
+    seen: set[tuple[int, str]] = set()
+    dupes: set[tuple[int, str]] = set()
+    for r in resources:
+        key = (r.resource_type, r.resource_name)
+        (dupes if key in seen else seen).add(key)
+    return dupes
+
+
+def alter_resource(broker: Broker, resource_type: int, resource_name: str, changes: Sequence[ConfigChange], *,
+                   incremental: bool, validate_only: bool) -> None:
+    """One resource of AlterConfigs (``incremental=False``) or IncrementalAlterConfigs; raises ApiError.
+
+    Topic changes are validated in full (unknown keys, bad values, cross-key rules) before anything
+    is written, then persisted and applied to the live logs unless ``validate_only``.
+    """
+    check_changes(changes, incremental=incremental)
+    if resource_type == ResourceType.TOPIC:
+        if not resource_name:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+        validate_topic_name(resource_name)
+        info = broker.topics.get(resource_name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{resource_name}' does not exist.")
+        if incremental:
+            overrides = incremental_topic_overrides(info.configs, changes)
+        else:
+            overrides = replace_topic_overrides(changes)
+        broker.topics.check_configs(overrides)
+        if not validate_only:
+            broker.set_topic_configs(resource_name, overrides)
+    elif resource_type == ResourceType.BROKER:
+        check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
+        refuse_broker_changes(changes)
+    else:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {_type_name(resource_type)}")
+
+
+def describe_resource(broker: Broker, views: ConfigViews, resource_type: int, resource_name: str,
+                      keys: Sequence[str] | None) -> list[ConfigView]:
+    """The configs of one DescribeConfigs resource; raises ApiError (Kafka's ``ConfigHelper``)."""
+    if resource_type == ResourceType.TOPIC:
+        validate_topic_name(resource_name)
+        info = broker.topics.get(resource_name)
+        if info is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{resource_name}' does not exist.")
+        return select(views.topic_configs(info.configs, broker.topics.config(resource_name)), keys)
+    if resource_type == ResourceType.BROKER:
+        check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
+        if resource_name == "":
+            return []  # the cluster-wide dynamic defaults: Strata has none
+        return select(views.broker_configs(), keys)
+    raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource_type)}")

@@ -1,0 +1,44 @@
+"""AlterConfigs (legacy): each TOPIC resource's entries become that topic's whole override set.
+
+Keys left out of the request go back to the broker default, which is why clients moved to
+IncrementalAlterConfigs; the semantics are kept exactly because old tools still rely on them.
+Each resource is validated in full before anything is written and fails on its own; a resource
+named twice fails both times. BROKER resources are refused (Strata has no dynamic broker configs),
+with a message saying where broker keys are set. Rules: :mod:`strata.broker.config_views`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.config_views import ConfigChange, alter_resource, duplicate_resources
+from strata.broker.dispatch import RequestContext, handles
+from strata.errors import ErrorCode, KafkaError
+
+ALTER_CONFIGS = 33
+
+
+async def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
+    """Shared by AlterConfigs and IncrementalAlterConfigs: one answer per resource, in request order."""
+    dupes = duplicate_resources(request.resources)
+    responses = []
+    for r in request.resources:
+        entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None,
+                                 "resource_type": r.resource_type, "resource_name": r.resource_name}
+        try:
+            if (r.resource_type, r.resource_name) in dupes:
+                entry.update(error_code=ErrorCode.INVALID_REQUEST,
+                             error_message="Each resource must appear at most once.")
+            else:
+                changes = [ConfigChange(c.name, c.value, getattr(c, "config_operation", 0)) for c in r.configs]
+                alter_resource(ctx.broker, r.resource_type, r.resource_name, changes, incremental=incremental,
+                               validate_only=request.validate_only)
+        except KafkaError as e:
+            entry.update(error_code=e.error_code, error_message=str(e))
+        responses.append(entry)
+    return ctx.respond(throttle_time=0, responses=responses)
+
+
+@handles(ALTER_CONFIGS)
+async def alter_configs(ctx: RequestContext, request: Any) -> Any:
+    return await alter(ctx, request, incremental=False)

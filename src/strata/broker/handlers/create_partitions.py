@@ -1,0 +1,64 @@
+"""CreatePartitions: grow a topic's partition count (never shrink: records are keyed by partition).
+
+Kafka's checks (``ReplicationControlManager.createPartitions``): the topic exists, the count is an
+increase (the same count and a lower one fail with different INVALID_PARTITIONS messages), and a
+manual assignment, when given, has one entry per new partition, each naming live brokers with the
+topic's replication factor (here: exactly this node). ``validate_only`` checks without changing.
+
+Internal topics keep their count: the coordinators map a group or transactional id to a partition
+by the count they were created with, so a new partition would never be used.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.handlers.create_topics import INVALID_REPLICA_ASSIGNMENT, check_assignment
+from strata.broker.topics import INTERNAL_TOPICS
+from strata.errors import ApiError, ErrorCode, KafkaError
+
+CREATE_PARTITIONS = 37
+
+
+def _check(ctx: RequestContext, topic: Any) -> None:
+    broker = ctx.broker
+    if topic.name in INTERNAL_TOPICS:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot change the partition count of internal topic {topic.name}.")
+    info = broker.topics.get(topic.name)
+    if info is None:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic.name}' does not exist.")
+    current = info.partitions
+    if topic.count == current:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if topic.count < current:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} partition(s); "
+                                                     f"{topic.count} would not be an increase.")
+    additional = topic.count - current
+    if topic.assignments is not None:
+        if len(topic.assignments) != additional:
+            raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                           f"Attempted to add {additional} additional partition(s), but only "
+                           f"{len(topic.assignments)} assignment(s) were specified.")
+        for a in topic.assignments:
+            check_assignment(a.broker_ids, broker.node_id, 1)
+
+
+@handles(CREATE_PARTITIONS)
+async def create_partitions(ctx: RequestContext, request: Any) -> Any:
+    counts = Counter(t.name for t in request.topics)
+    results = [{"name": n, "error_code": ErrorCode.INVALID_REQUEST, "error_message": "Duplicate topic name."}
+               for n in sorted(n for n, c in counts.items() if c > 1)]
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            continue
+        try:
+            _check(ctx, topic)
+            if not request.validate_only:
+                ctx.broker.add_partitions(topic.name, topic.count)
+        except KafkaError as e:
+            results.append({"name": topic.name, "error_code": e.error_code, "error_message": str(e)})
+            continue
+        results.append({"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None})
+    return ctx.respond(throttle_time=0, results=results)

@@ -1,0 +1,139 @@
+"""CreateTopics: validate every topic of the request on its own, then create the valid ones.
+
+Kafka checks in this order and so do we, because clients show the first error only: the name
+(``Topic.validate``, internal names), existence, '.'/'_' collisions, null config values, the configs
+themselves (``LogConfig`` rules, INVALID_CONFIG naming the key), then the shape (manual assignments
+versus partitions and replication factor). -1 means the broker default for partitions
+(``num.partitions``) and replication factor (``default.replication.factor``). One node can hold
+one replica, so a replication factor above 1 fails the way Kafka fails when too few brokers are
+registered, and a manual assignment may name this node only.
+
+``validate_only`` answers exactly as a real creation would (v5+ includes the resulting configs,
+partitions and replication factor), without creating anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, cast
+
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from strata.broker.config_views import ConfigViews
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from strata.errors import ApiError, ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS = 19
+# 39 is not in strata.errors.ErrorCode; kio's enum carries the same wire value and name.
+INVALID_REPLICA_ASSIGNMENT = cast(ErrorCode, KioErrorCode.invalid_replica_assignment)
+
+
+def check_assignment(broker_ids: Any, node_id: int, replication_factor: int | None) -> None:
+    """Kafka's ``validateManualPartitionAssignment`` for a cluster whose only broker is ``node_id``."""
+    ids = sorted(broker_ids)
+    if not ids:
+        raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                       "The manual partition assignment includes an empty replica list.")
+    for i, b in enumerate(ids):
+        if b != node_id:
+            raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                           f"The manual partition assignment includes broker {b}, but no such broker is registered "
+                           f"(this cluster has 1 broker, node {node_id}).")
+        if i and ids[i - 1] == b:
+            raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                           f"The manual partition assignment includes the broker {b} more than once.")
+    if replication_factor is not None and len(ids) != replication_factor:
+        raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                       f"The manual partition assignment includes a partition with {len(ids)} replica(s), but this "
+                       f"is not consistent with previous partitions, which have {replication_factor} replica(s).")
+
+
+def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str]]:
+    """(partitions, replication factor, config overrides) of a valid topic; raises ApiError otherwise."""
+    broker = ctx.broker
+    name = topic.name
+    validate_topic_name(name)
+    if name in INTERNAL_TOPICS:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Creation of internal topic {name} is prohibited.")
+    if name in broker.topics:
+        raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    colliding = broker.topics.colliding_topic(name)
+    if colliding is not None:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {colliding}")
+    nulls = [c.name for c in topic.configs if c.value is None]
+    if nulls:
+        raise ApiError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
+    configs = {c.name: c.value for c in topic.configs}
+    broker.topics.check_configs(configs)
+    if topic.assignments:
+        if topic.replication_factor != -1:
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           "A manual partition assignment was specified, but replication factor was not set to -1.")
+        if topic.num_partitions != -1:
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           "A manual partition assignment was specified, but numPartitions was not set to -1.")
+        seen: set[int] = set()
+        for a in topic.assignments:
+            if a.partition_index in seen:
+                raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                               f"Found multiple manual partition assignments for partition {a.partition_index}")
+            check_assignment(a.broker_ids, broker.node_id, 1)
+            seen.add(a.partition_index)
+        if seen != set(range(len(seen))):
+            raise ApiError(INVALID_REPLICA_ASSIGNMENT,
+                           "partitions should be a consecutive 0-based integer sequence")
+        return len(seen), 1, configs
+    rf = topic.replication_factor
+    if rf < -1 or rf == 0:
+        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                       "Replication factor must be larger than 0, or -1 to use the default value.")
+    partitions = topic.num_partitions
+    if partitions < -1 or partitions == 0:
+        raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+    rf = broker.config.default_replication_factor if rf == -1 else rf
+    if rf > 1:
+        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                       f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
+                       "cannot be reached because only 1 broker(s) are registered.")
+    partitions = broker.config.num_partitions if partitions == -1 else partitions
+    return partitions, rf, configs
+
+
+def _error(name: str, code: int, message: str | None) -> dict[str, Any]:
+    return {"name": name, "topic_id": None, "error_code": code, "error_message": message,
+            "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": []}
+
+
+@handles(CREATE_TOPICS)
+async def create_topics(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    validate_only = getattr(request, "validate_only", False)
+    views = ConfigViews(broker.config)
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for dup in sorted(n for n, c in counts.items() if c > 1):
+        results.append(_error(dup, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            continue
+        try:
+            partitions, rf, configs = _plan(ctx, topic)
+            topic_id = None
+            if not validate_only:
+                topic_id = broker.create_topic(topic.name, partitions, configs).topic_id
+        except KafkaError as e:
+            results.append(_error(topic.name, e.error_code, str(e)))
+            continue
+        effective = broker.topics.check_configs(configs)
+        results.append({
+            "name": topic.name, "topic_id": topic_id, "error_code": 0, "error_message": None,
+            "topic_config_error_code": 0, "num_partitions": partitions, "replication_factor": rf,
+            "configs": [v.create_topics_entry() for v in views.topic_configs(configs, effective)],
+        })
+    if validate_only:
+        log.info("validate-only CreateTopics: %s", [(r["name"], int(r["error_code"])) for r in results])
+    return ctx.respond(throttle_time=0, topics=results)

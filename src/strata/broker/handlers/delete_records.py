@@ -1,0 +1,54 @@
+"""DeleteRecords: move a partition's log start offset forward; whole segments below it are deleted.
+
+``offset`` -1 means the high watermark (delete everything readable). An offset above the high
+watermark, or negative, is OFFSET_OUT_OF_RANGE; a topic whose ``cleanup.policy`` lacks ``delete``
+is POLICY_VIOLATION and internal topics are INVALID_TOPIC_EXCEPTION (Kafka's
+``ReplicaManager.deleteRecordsOnLocalLog`` and ``Partition.deleteRecordsOnLeader``). The answer's
+``low_watermark`` is the new log start offset: consumers positioned below it are reset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.topics import INTERNAL_TOPICS
+from strata.common import TopicPartition
+from strata.errors import ApiError, ErrorCode, KafkaError
+
+DELETE_RECORDS = 21
+HIGH_WATERMARK = -1
+
+
+def _delete(ctx: RequestContext, tp: TopicPartition, offset: int) -> int:
+    broker = ctx.broker
+    if tp.topic in INTERNAL_TOPICS:
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {tp.topic}")
+    info = broker.topics.get(tp.topic)
+    if info is None or not 0 <= tp.partition < info.partitions:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic-partition: {tp}")
+    plog = broker.replicas.get_log(tp)
+    if "delete" not in plog.config.cleanup_policy:
+        raise ApiError(ErrorCode.POLICY_VIOLATION,
+                       f"Records of partition {tp} can not be deleted due to the configured policy")
+    target = plog.high_watermark if offset == HIGH_WATERMARK else offset
+    if target < 0:
+        raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE, f"The offset {target} for partition {tp} is not valid")
+    return broker.delete_records(tp, target)
+
+
+@handles(DELETE_RECORDS)
+async def delete_records(ctx: RequestContext, request: Any) -> Any:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
+                                     "error_code": ErrorCode.NONE}
+            try:
+                entry["low_watermark"] = _delete(ctx, TopicPartition(t.name, p.partition_index), p.offset)
+            except KafkaError as e:
+                entry["error_code"] = e.error_code
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return ctx.respond(throttle_time=0, topics=topics)

@@ -1,0 +1,81 @@
+"""DeleteTopics: by name (v1-v5 ``topic_names``, v6 ``topics[].name``) or by id (v6 ``topics[].topic_id``).
+
+Kafka's rules, from ``ControllerApis.deleteTopics``: with ``delete.topic.enable=false`` every topic
+fails, with INVALID_REQUEST before v3 (the code did not exist) and TOPIC_DELETION_DISABLED after;
+a name or id given twice fails as a duplicate; an entry with both a name and an id, or neither, is
+invalid; unknown names are UNKNOWN_TOPIC_OR_PARTITION and unknown ids UNKNOWN_TOPIC_ID.
+
+Internal topics (``__consumer_offsets`` ...) are refused: deleting one would silently drop every
+group's committed offsets, and nothing a client wants needs it.
+
+Deleting renames each partition directory to ``*-delete`` at once and removes it later
+(``LogManager.delete_log``); the registry change is what a restart trusts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.topics import INTERNAL_TOPICS, TopicInfo
+from strata.errors import ApiError, ErrorCode, KafkaError
+
+DELETE_TOPICS = 20
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _entry(name: str | None, topic_id: uuid.UUID | None, code: int, message: str | None) -> dict[str, Any]:
+    return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
+
+
+@handles(DELETE_TOPICS)
+async def delete_topics(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    # (name, id) as given; v6 carries both fields per entry, older versions names only.
+    given: list[tuple[str | None, uuid.UUID | None]] = [(n, None) for n in getattr(request, "topic_names", ())]
+    given += [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None) for t in getattr(request, "topics", ())]
+
+    if not broker.config.delete_topic_enable:
+        code = ErrorCode.INVALID_REQUEST if ctx.version < 3 else ErrorCode.TOPIC_DELETION_DISABLED
+        return ctx.respond(throttle_time=0, responses=[_entry(n, i, code, "Topic deletion is disabled.")
+                                                       for n, i in given])
+
+    responses = []
+    names = Counter(n for n, i in given if n is not None and i is None)
+    ids = Counter(i for n, i in given if n is None and i is not None)
+    wanted: list[tuple[str | None, uuid.UUID | None]] = []
+    for name, topic_id in given:
+        if name is None and topic_id is None:
+            responses.append(_entry(None, ZERO_UUID, ErrorCode.INVALID_REQUEST,
+                                    "Neither topic name nor id were specified."))
+        elif name is not None and topic_id is not None:
+            responses.append(_entry(name, topic_id, ErrorCode.INVALID_REQUEST,
+                                    "You may not specify both topic name and topic id."))
+        elif (name is not None and names[name] > 1) or (topic_id is not None and ids[topic_id] > 1):
+            continue
+        else:
+            wanted.append((name, topic_id))
+    responses += [_entry(n, None, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+                  for n in sorted(n for n, c in names.items() if c > 1)]
+    responses += [_entry(None, i, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+                  for i in sorted((i for i, c in ids.items() if c > 1), key=str)]
+
+    for name, topic_id in wanted:
+        info: TopicInfo | None = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+        try:
+            if name in INTERNAL_TOPICS:
+                raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")
+            if info is None:
+                if name is not None:
+                    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
+            if info.is_internal:
+                raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {info.name}")
+            broker.delete_topic(info.name)
+        except KafkaError as e:
+            responses.append(_entry(name, topic_id, e.error_code, str(e)))
+            continue
+        responses.append(_entry(info.name, info.topic_id, ErrorCode.NONE, None))
+    return ctx.respond(throttle_time=0, responses=responses)

@@ -1,0 +1,47 @@
+"""DescribeLogDirs: per log directory, the partitions it holds with their size on disk.
+
+``kafka-log-dirs.sh`` and rebalancing tools use this to see disk usage per partition. The offset
+lag is how far the log end is behind the high watermark, which is 0 for a leader (Kafka's
+``getLogEndOffsetLag``); v4+ adds the directory's total and usable bytes from the file system.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.common import TopicPartition
+from strata.errors import ErrorCode
+
+DESCRIBE_LOG_DIRS = 35
+
+
+@handles(DESCRIBE_LOG_DIRS)
+async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    logs = broker.logs.logs
+    if request.topics is None:
+        wanted: set[TopicPartition] | None = None
+    else:
+        wanted = {TopicPartition(t.topic, p) for t in request.topics for p in t.partitions}
+    results = []
+    for log_dir in broker.logs.log_dirs:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, plog in sorted(logs.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+            if plog.dir.parent != log_dir or (wanted is not None and tp not in wanted):
+                continue
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "partition_size": plog.size_in_bytes,
+                "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0), "is_future_key": False})
+        try:
+            usage = shutil.disk_usage(log_dir)
+            total, usable, code = usage.total, usage.free, ErrorCode.NONE
+        except OSError:
+            total, usable, code = -1, -1, ErrorCode.KAFKA_STORAGE_ERROR
+        results.append({
+            "error_code": code, "log_dir": str(log_dir.resolve()),
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+            "total_bytes": total, "usable_bytes": usable, "is_cordoned": False,
+        })
+    return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, results=results)
