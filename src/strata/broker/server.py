@@ -150,6 +150,7 @@ class Broker:
     async def start(self) -> None:
         handlers()  # import every handler module before the first request
         self.logs.startup()
+        self._drop_orphan_logs()
         for info in self.topics:
             self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
         self.groups = GroupCoordinator(self)
@@ -170,6 +171,19 @@ class Broker:
             self.config.log_flush_offset_checkpoint_interval_ms or 60_000, self.logs.checkpoint, "checkpoint")))
         self._background.append(loop.create_task(self._periodic(1000, self.logs.flush_dirty_logs, "flush")))
         lifecycle.info("strata broker ready on %s:%d", listener.host, self.port)
+
+    def _drop_orphan_logs(self) -> None:
+        """Logs the registry does not know (a delete interrupted by a crash) are deleted, not served.
+
+        The registry is written before partition directories are renamed away, so after a ``kill -9``
+        in between, the directories of a deleted topic (or of a partition beyond the topic's count)
+        are still there; a stale topic id is caught when the topic's logs are opened.
+        """
+        for tp in list(self.logs.logs):
+            info = self.topics.get(tp.topic)
+            if info is None or tp.partition >= info.partitions:
+                log.warning("deleting %s: its topic is not in the registry (interrupted deletion)", tp)
+                self.logs.delete_log(tp)
 
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()

@@ -123,7 +123,13 @@ class LogManager:
                           config: LogConfig | None = None) -> PartitionLog:
         existing = self._logs.get(tp)
         if existing is not None:
-            return existing
+            if topic_id is None or self.topic_id_of(tp) in (None, topic_id):
+                return existing
+            # A directory of an older topic with the same name (its deletion was interrupted):
+            # never let a recreated topic inherit that data.
+            log.warning("log dir of %s belongs to topic id %s, not %s: deleting the stale log", tp,
+                        self.topic_id_of(tp), topic_id)
+            self.delete_log(tp)
         log_dir = self._next_log_dir()
         path = log_dir / str(tp)
         path.mkdir(parents=True, exist_ok=True)
@@ -135,6 +141,13 @@ class LogManager:
         self._dir_of[tp] = log_dir
         log.info("created log for %s in %s", tp, log_dir)
         return plog
+
+    def topic_id_of(self, tp: TopicPartition) -> uuid.UUID | None:
+        """The topic id in the partition's ``partition.metadata`` (None if it has none)."""
+        plog = self._logs.get(tp)
+        if plog is None:
+            return None
+        return PartitionMetadataFile(plog.dir / PARTITION_METADATA).read()
 
     def _next_log_dir(self) -> Path:
         """The directory holding the fewest partitions (Kafka's default placement)."""
