@@ -46,7 +46,10 @@ class ReplicaManager:
         """Create (or load) the log of every partition of ``info``."""
         config = self.topics.config(info.name)
         for p in range(info.partitions):
-            self.logs.get_or_create_log(TopicPartition(info.name, p), info.topic_id, config)
+            plog = self.logs.get_or_create_log(TopicPartition(info.name, p), info.topic_id, config)
+            # This node is the only replica: everything in the log was acknowledged, so the HW is the
+            # log end (the checkpointed HW lags after a kill -9).
+            plog.update_high_watermark(plog.log_end_offset)
 
     def close_topic(self, info: TopicInfo) -> None:
         for p in range(info.partitions):
@@ -94,10 +97,11 @@ class ReplicaManager:
         for tp in tps:
             self._waiters.setdefault(tp, set()).add(fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            pass
+            # asyncio.wait, not wait_for: on 3.11 wait_for swallows a cancel that races with the
+            # future completing, which would keep a connection alive through shutdown.
+            await asyncio.wait({fut}, timeout=timeout_s)
         finally:
+            fut.cancel()
             for tp in tps:
                 waiting = self._waiters.get(tp)
                 if waiting is not None:

@@ -220,9 +220,9 @@ class Broker:
             self._server_sock.close()
         for task in self._background:
             task.cancel()
-        self.replicas.wake_all()
         for task in list(self._connections):
             task.cancel()
+        self.replicas.wake_all()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
         if self.groups is not None:
             await self.groups.stop()

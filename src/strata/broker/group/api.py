@@ -1,0 +1,49 @@
+"""What the group handlers share: reaching the coordinator, parking a request, reading kio fields."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from strata.broker.group.classic import Response, Waiter
+
+if TYPE_CHECKING:
+    from strata.broker.dispatch import RequestContext
+    from strata.broker.group.manager import GroupMetadataManager
+
+UNKNOWN_OPERATIONS = -2147483648
+# AclOperation bits a group supports (READ 3, DELETE 6, DESCRIBE 8): all allowed without an authorizer.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def manager_of(ctx: RequestContext) -> GroupMetadataManager | None:
+    """The live state machine, or None while the coordinator is not (or no longer) running."""
+    coordinator = ctx.broker.groups
+    return getattr(coordinator, "manager", None) if coordinator is not None else None
+
+
+def millis(value: Any, default: int = -1) -> int:
+    """A kio duration (timedelta) or plain int as integer milliseconds."""
+    if value is None:
+        return default
+    if isinstance(value, datetime.timedelta):
+        return int(value // datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def client_host(ctx: RequestContext) -> str:
+    """Kafka shows a member's host as ``InetAddress.toString()``: ``/127.0.0.1``."""
+    host = ctx.connection_id.rsplit(":", 1)[0]
+    return f"/{host}"
+
+
+def parked() -> tuple[asyncio.Future[Response], Waiter]:
+    """A future and the callback that resolves it once (the state machine may answer late or never twice)."""
+    fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+    def respond(result: Response) -> None:
+        if not fut.done():
+            fut.set_result(result)
+
+    return fut, respond

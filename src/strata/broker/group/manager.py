@@ -1,0 +1,983 @@
+"""The classic group protocol's state machine and the committed offsets (Kafka's group coordinator shard).
+
+Everything here runs on one thread (the broker's event loop), so there are no locks: a request
+handler calls in, the state changes, and parked JoinGroup/SyncGroup requests are answered through
+their callbacks. Time enters only through the :class:`Timer` (session timeouts per member, the
+rebalance timeout of the join phase, the initial rebalance delay, the sync deadline) and a clock,
+which is what lets the unit tests drive the machine deterministically.
+
+Persistence goes through ``writer(group_id, [(key, value), ...])``, which appends one batch to the
+group's ``__consumer_offsets`` partition and raises a :class:`KafkaError` if it could not. The
+state machine follows Kafka's rule: what must survive a restart is written before it is
+acknowledged (a SyncGroup from the leader answers nobody until the assignment is in the log, an
+OffsetCommit is answered after its records are), and a failed write is answered with the error
+Kafka maps it to.
+
+The decisions mirror Apache Kafka's ``GroupMetadataManager`` (classic groups) and
+``OffsetMetadataManager`` closely, including its error codes, so clients see the same behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from strata.broker.group.classic import (
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    UNKNOWN_MEMBER_ID,
+    ClassicGroup,
+    GroupError,
+    GroupState,
+    Member,
+    Protocols,
+    Response,
+    Waiter,
+)
+from strata.broker.group.records import (
+    OFFSET_COMMIT_VALUE_VERSION,
+    OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_group_metadata_key,
+    encode_group_metadata_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+)
+from strata.broker.group.timer import Timer
+from strata.common import Clock
+from strata.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("strata.broker.group")
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (GroupState.EMPTY, GroupState.PREPARING_REBALANCE,
+                                              GroupState.COMPLETING_REBALANCE, GroupState.STABLE, GroupState.DEAD)
+GROUP_TYPE_CLASSIC = "classic"
+REQUIRES_KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+: an unknown member first gets MEMBER_ID_REQUIRED
+SKIP_ASSIGNMENT_VERSION = 9
+GROUP_ID_NOT_FOUND_COMMIT_VERSION = 9  # OffsetCommit v9+ says GROUP_ID_NOT_FOUND instead of ILLEGAL_GENERATION
+
+Record = tuple[bytes, bytes | None]
+Writer = Callable[[str, list[Record]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    max_size: int = 2**31 - 1
+    initial_rebalance_delay_ms: int = 3000
+    new_member_join_timeout_ms: int = 5 * 60 * 1000
+    offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    offset_metadata_max_bytes: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: Protocols
+    api_version: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: dict[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation_id: int
+    retention_ms: int
+    api_version: int
+    partitions: list[tuple[str, int, int, int, str | None]]  # topic, partition, offset, leader epoch, metadata
+
+
+def join_error(member_id: str, code: int) -> Response:
+    return {"error_code": code, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
+            "skip_assignment": False, "member_id": member_id, "members": []}
+
+
+def sync_response(code: int, protocol_type: str | None = None, protocol_name: str | None = None,
+                  assignment: bytes = b"") -> Response:
+    return {"error_code": code, "protocol_type": protocol_type, "protocol_name": protocol_name,
+            "assignment": assignment}
+
+
+def group_append_error(e: KafkaError) -> int:
+    """Kafka's ``appendGroupMetadataErrorToResponseError``: storage errors as coordinator errors."""
+    code = int(e.error_code)
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
+
+
+def offset_append_error(e: KafkaError) -> int:
+    """As :func:`group_append_error`, but an oversized commit is INVALID_COMMIT_OFFSET_SIZE."""
+    if e.error_code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return group_append_error(e)
+
+
+class GroupMetadataManager:
+    def __init__(self, config: GroupConfig, timer: Timer, clock: Clock, writer: Writer) -> None:
+        self.config = config
+        self.timer = timer
+        self.clock = clock
+        self._writer = writer
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return self.clock.milliseconds()
+
+    @staticmethod
+    def _heartbeat_key(group_id: str, member_id: str) -> Hashable:
+        return ("heartbeat", group_id, member_id)
+
+    @staticmethod
+    def _join_key(group_id: str) -> Hashable:
+        return ("join", group_id)
+
+    @staticmethod
+    def _sync_key(group_id: str) -> Hashable:
+        return ("sync", group_id)
+
+    def _write(self, group_id: str, records: list[Record]) -> None:
+        self._writer(group_id, records)
+
+    def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> Record:
+        members = tuple(
+            MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                           m.session_timeout_ms, m.metadata(group.protocol_name), assignment.get(m.member_id, b""))
+            for m in group.members.values())
+        value = GroupMetadataValue(group.protocol_type or "", group.generation, group.protocol_name, group.leader_id,
+                                   group.current_state_timestamp if group.current_state_timestamp is not None else -1,
+                                   members)
+        return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
+
+    def _empty_group_record(self, group: ClassicGroup) -> Record:
+        value = GroupMetadataValue("", 0, None, None, group.current_state_timestamp or -1, ())
+        return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
+
+    def _join_ok(self, group: ClassicGroup, member_id: str, members: list[Response], *, skip: bool = False,
+                 leader: str | None = None) -> Response:
+        leader_id = leader if leader is not None else group.leader_id
+        return {"error_code": ErrorCode.NONE, "generation_id": group.generation, "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol_name, "leader": leader_id or "", "skip_assignment": skip,
+                "member_id": member_id, "members": members}
+
+    def _reschedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
+        gid, mid = group.group_id, member.member_id
+        self.timer.schedule(self._heartbeat_key(gid, mid), member.session_timeout_ms if timeout_ms is None
+                            else timeout_ms, lambda: self._expire_heartbeat(gid, mid))
+
+    # -- JoinGroup ----------------------------------------------------------------------------
+
+    def join_group(self, req: JoinRequest, respond: Waiter) -> None:
+        """Answer now or park ``respond`` until the join phase completes (at most the rebalance timeout)."""
+        if not req.group_id:
+            respond(join_error(req.member_id, ErrorCode.INVALID_GROUP_ID))
+            return
+        if not self.config.min_session_timeout_ms <= req.session_timeout_ms <= self.config.max_session_timeout_ms:
+            respond(join_error(req.member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
+            return
+        unknown = req.member_id == UNKNOWN_MEMBER_ID
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if not unknown:
+                respond(join_error(req.member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+                return
+            group = ClassicGroup(req.group_id, self._now())
+            try:  # a new group is committed to the log before anything refers to it
+                self._write(group.group_id, [self._empty_group_record(group)])
+            except KafkaError as e:
+                log.warning("failed to write empty metadata for new group %s: %s", req.group_id, e)
+                respond(join_error(req.member_id, group_append_error(e)))
+                return
+            self.groups[req.group_id] = group
+        if not self._accept_joining_member(group, req.member_id):
+            if req.member_id in group.members:  # a rejoiner beyond the (lowered) max size is dropped
+                self._release(group, req.member_id)
+                self.timer.cancel(self._heartbeat_key(group.group_id, req.member_id))
+            group.remove(req.member_id)
+            respond(join_error(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED))
+        elif unknown:
+            self._join_new_member(group, req, respond)
+        else:
+            self._join_existing_member(group, req, respond)
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        if group.is_in(EMPTY, DEAD):
+            return True
+        if group.is_in(PREPARING):
+            # Counting members parked in JoinGroup (not all members) lets the last rejoiners be refused.
+            m = group.members.get(member_id)
+            return (m is not None and m.awaiting_join) or group.num_awaiting_join() < self.config.max_size
+        return member_id in group.members or len(group.members) < self.config.max_size
+
+    def _join_new_member(self, group: ClassicGroup, req: JoinRequest, respond: Waiter) -> None:
+        if group.is_in(DEAD):
+            respond(join_error(UNKNOWN_MEMBER_ID, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(req.protocol_type, {name for name, _ in req.protocols}):
+            respond(join_error(UNKNOWN_MEMBER_ID, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        new_id = group.generate_member_id(req.client_id, req.group_instance_id)
+        if req.group_instance_id is not None:
+            existing = group.static_member_id(req.group_instance_id)
+            if existing is not None:
+                log.info("static member %s of group %s rejoins with an unknown member id in state %s: replacing %s",
+                         req.group_instance_id, group.group_id, group.state.value, existing)
+                self._update_static_member(group, req, existing, new_id, respond)
+            else:
+                self._add_member_and_rebalance(group, req, new_id, respond)
+        elif req.api_version >= REQUIRES_KNOWN_MEMBER_ID_VERSION:
+            # Hand out the id and wait for the member to come back with it (KIP-394): a client that
+            # times out and retries then cannot leave a trail of defunct members behind.
+            group.add_pending_member(new_id)
+            gid = group.group_id
+            self.timer.schedule(self._heartbeat_key(gid, new_id), req.session_timeout_ms,
+                                lambda: self._expire_heartbeat(gid, new_id))
+            respond(join_error(new_id, ErrorCode.MEMBER_ID_REQUIRED))
+        else:
+            self._add_member_and_rebalance(group, req, new_id, respond)
+
+    def _join_existing_member(self, group: ClassicGroup, req: JoinRequest, respond: Waiter) -> None:
+        member_id = req.member_id
+        if group.is_in(DEAD):
+            respond(join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(req.protocol_type, {name for name, _ in req.protocols}):
+            respond(join_error(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        if group.is_pending_member(member_id):
+            if req.group_instance_id is not None:  # pending ids are only handed to dynamic members
+                respond(join_error(member_id, ErrorCode.UNKNOWN_SERVER_ERROR))
+                return
+            self._add_member_and_rebalance(group, req, member_id, respond)
+            return
+        try:
+            group.validate_member(member_id, req.group_instance_id)
+        except GroupError as e:
+            respond(join_error(member_id, e.error_code))
+            return
+        member = group.member(member_id)
+        if group.is_in(PREPARING):
+            self._update_member_and_rebalance(group, member, req, respond,
+                                              f"member {member_id} is joining group during {group.state.value}")
+        elif group.is_in(COMPLETING):
+            if member.matches(req.protocols):
+                # Same metadata: it probably missed the JoinGroup response. Send it again.
+                respond(self._join_ok(group, member_id,
+                                      group.join_members() if group.is_leader(member_id) else []))
+            else:
+                self._update_member_and_rebalance(group, member, req, respond,
+                                                  f"updating metadata for member {member_id} during "
+                                                  f"{group.state.value}")
+        elif group.is_in(STABLE):
+            if group.is_leader(member_id):
+                # A leader rejoining asks for a rebalance (e.g. topic metadata changed its assignment).
+                self._update_member_and_rebalance(group, member, req, respond,
+                                                  f"leader {member_id} re-joining group during Stable")
+            elif not member.matches(req.protocols):
+                self._update_member_and_rebalance(group, member, req, respond,
+                                                  f"updating metadata for member {member_id} during Stable")
+            else:
+                respond(self._join_ok(group, member_id, []))
+        else:
+            log.warning("member %s of group %s rejoins in unexpected state %s", member_id, group.group_id,
+                        group.state.value)
+            respond(join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _add_member_and_rebalance(self, group: ClassicGroup, req: JoinRequest, member_id: str,
+                                  respond: Waiter) -> None:
+        member = Member(member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
+                        req.session_timeout_ms, req.protocol_type, req.protocols, is_new=True)
+        if group.is_in(PREPARING) and group.previous_state is EMPTY:
+            group.new_member_added = True  # the initial rebalance may wait a little longer
+        group.add(member, respond)
+        # A new member cannot heartbeat until it has its id, and a client that gives up on a long
+        # JoinGroup may retry with a fresh one: bound how long a parked new member counts.
+        self._reschedule_heartbeat(group, member, self.config.new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance_or_complete_join(
+            group, f"adding new member {member_id} with group instance id {req.group_instance_id}; "
+                   f"client reason: {req.reason or 'not provided'}")
+
+    def _update_member_and_rebalance(self, group: ClassicGroup, member: Member, req: JoinRequest, respond: Waiter,
+                                     reason: str) -> None:
+        group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, respond)
+        self._maybe_prepare_rebalance_or_complete_join(group, reason)
+
+    def _update_static_member(self, group: ClassicGroup, req: JoinRequest, old_id: str, new_id: str,
+                              respond: Waiter) -> None:
+        """A known group.instance.id came back with a new member id: swap ids, rebalance only if needed."""
+        assert req.group_instance_id is not None
+        instance_id = req.group_instance_id
+        current_leader = group.leader_id
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        self._reschedule_heartbeat(group, member)
+        old_settings = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+        group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, respond)
+        if group.is_in(STABLE):
+            if group.protocol_name == group.select_protocol():
+                try:
+                    self._write(group.group_id, [self._group_record(group, group.assignments())])
+                except KafkaError as e:
+                    log.warning("failed to persist static member %s of group %s: %s; reverting to %s", new_id,
+                                group.group_id, e, old_id)
+                    group.update_member(member, *old_settings, None)
+                    old = group.replace_static_member(instance_id, new_id, old_id)
+                    self._reschedule_heartbeat(group, old)
+                    respond({**self._join_ok(group, UNKNOWN_MEMBER_ID, [], leader=current_leader),
+                             "error_code": group_append_error(e)})
+                    return
+                if req.api_version >= SKIP_ASSIGNMENT_VERSION:
+                    is_leader = group.is_leader(new_id)
+                    group.complete_join(member, self._join_ok(group, new_id,
+                                                              group.join_members() if is_leader else [],
+                                                              skip=is_leader))
+                else:
+                    # Older clients would reassign as leader; tell them the old id leads, so they only sync.
+                    group.complete_join(member, self._join_ok(group, new_id, [], leader=current_leader))
+            else:
+                self._maybe_prepare_rebalance_or_complete_join(
+                    group, f"static member {new_id} with instance id {instance_id} changed the group's protocol")
+        elif group.is_in(COMPLETING):
+            # The leader may already be assigning with the old id: only a new round is consistent.
+            self._prepare_rebalance(group, f"updating metadata for static member {new_id} with instance id "
+                                           f"{instance_id}")
+        else:
+            self._maybe_complete_join_phase(group)
+
+    # -- the rebalance ------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _maybe_complete_join_phase(self, group: ClassicGroup) -> None:
+        if not group.is_in(PREPARING):
+            return
+        if group.previous_state is EMPTY:
+            return  # the initial rebalance is completed by its delay timer
+        if group.has_all_members_joined():
+            self._complete_join(group)
+
+    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(COMPLETING):
+            self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        self._remove_sync_expiration(group)
+        initial = group.is_in(EMPTY)
+        gid = group.group_id
+        if initial:
+            delay = self.config.initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            self.timer.schedule(self._join_key(gid), delay,
+                                lambda: self._try_complete_initial_rebalance(gid, delay, remaining))
+        log.info("preparing to rebalance group %s in state %s with old generation %d (reason: %s)", gid,
+                 group.state.value, group.generation, reason)
+        group.transition_to(PREPARING, self._now())
+        if not initial:
+            self._maybe_complete_join_else_schedule(group)
+
+    def _maybe_complete_join_else_schedule(self, group: ClassicGroup) -> None:
+        if group.has_all_members_joined():
+            self._complete_join(group)
+        else:
+            gid = group.group_id
+            self.timer.schedule(self._join_key(gid), group.rebalance_timeout_ms(),
+                                lambda: self._complete_join_of(gid))
+
+    def _try_complete_initial_rebalance(self, group_id: str, delay_ms: int, remaining_ms: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if group.new_member_added and remaining_ms != 0:
+            group.new_member_added = False
+            new_delay = min(self.config.initial_rebalance_delay_ms, remaining_ms)
+            new_remaining = max(remaining_ms - delay_ms, 0)
+            self.timer.schedule(self._join_key(group_id), new_delay,
+                                lambda: self._try_complete_initial_rebalance(group_id, new_delay, new_remaining))
+        else:
+            self._complete_join(group)
+
+    def _complete_join_of(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        """End the join phase: drop dynamic members that did not rejoin, start the next generation."""
+        gid = group.group_id
+        self.timer.cancel(self._join_key(gid))
+        gone = [m for m in group.not_yet_rejoined() if not m.is_static]
+        for m in gone:
+            group.remove(m.member_id)
+            self.timer.cancel(self._heartbeat_key(gid, m.member_id))
+        if gone:
+            log.info("group %s removed dynamic members who did not rejoin: %s", gid, [m.member_id for m in gone])
+        if group.is_in(DEAD):
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Only static members that have not rejoined are left: wait for them (or their session timeouts).
+            log.warning("group %s could not complete its rebalance because no members rejoined", gid)
+            self.timer.schedule(self._join_key(gid), group.rebalance_timeout_ms(), lambda: self._complete_join_of(gid))
+            return
+        group.init_next_generation(self._now())
+        if group.is_empty:
+            log.info("group %s with generation %d is now empty", gid, group.generation)
+            try:
+                self._write(gid, [self._group_record(group, {})])
+            except KafkaError as e:  # the previous generation stays in the log; its members will time out
+                log.warning("failed to write empty metadata for group %s: %s", gid, e)
+            return
+        log.info("stabilized group %s generation %d with %d members (protocol %s)", gid, group.generation,
+                 len(group.members), group.protocol_name)
+        for m in list(group.members.values()):
+            members = group.join_members() if group.is_leader(m.member_id) else []
+            group.complete_join(m, self._join_ok(group, m.member_id, members))
+            self._reschedule_heartbeat(group, m)
+            m.is_new = False
+            group.pending_sync.add(m.member_id)
+        generation = group.generation
+        self.timer.schedule(self._sync_key(gid), group.rebalance_timeout_ms(),
+                            lambda: self._expire_pending_sync(gid, generation))
+
+    def _expire_pending_sync(self, group_id: str, generation: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.generation != generation or not group.is_in(COMPLETING, STABLE):
+            return
+        if group.pending_sync:
+            pending = sorted(group.pending_sync)
+            for member_id in pending:
+                self._release(group, member_id)
+                group.remove(member_id)
+                self.timer.cancel(self._heartbeat_key(group_id, member_id))
+            self._prepare_rebalance(group, f"removing {pending} on pending sync request expiration")
+
+    def _remove_sync_expiration(self, group: ClassicGroup) -> None:
+        group.pending_sync.clear()
+        self.timer.cancel(self._sync_key(group.group_id))
+
+    def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if group.is_in(DEAD, EMPTY, PREPARING) or not group.pending_sync:
+            self.timer.cancel(self._sync_key(group.group_id))
+
+    def _reset_and_propagate_assignment(self, group: ClassicGroup, code: int) -> None:
+        for m in group.members.values():
+            m.assignment = b""
+        self._propagate_assignment(group, code)
+
+    def _set_and_propagate_assignment(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
+        for m in group.members.values():
+            m.assignment = assignment.get(m.member_id, b"")
+        self._propagate_assignment(group, ErrorCode.NONE)
+
+    def _propagate_assignment(self, group: ClassicGroup, code: int) -> None:
+        ok = code == ErrorCode.NONE
+        for m in list(group.members.values()):
+            response = sync_response(code, group.protocol_type if ok else None, group.protocol_name if ok else None,
+                                     m.assignment)
+            if group.complete_sync(m, response):
+                # Its session was not being checked while it waited: restart the clock now.
+                self._reschedule_heartbeat(group, m)
+
+    def _release(self, group: ClassicGroup, member_id: str) -> None:
+        """Answer whatever the member has parked before it is removed (nothing may hang forever)."""
+        m = group.members.get(member_id)
+        if m is not None:
+            group.complete_join(m, join_error(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
+            group.complete_sync(m, sync_response(ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return
+        if group.is_pending_member(member_id):
+            log.info("pending member %s of group %s removed after its session timeout", member_id, group_id)
+            group.remove(member_id)
+            if group.is_in(PREPARING) and group.has_all_members_joined():
+                self._complete_join(group)
+            return
+        member = group.members.get(member_id)
+        if member is None or member.has_satisfied_heartbeat():
+            return
+        log.info("member %s of group %s failed its session timeout (%d ms), removing it", member_id, group_id,
+                 member.session_timeout_ms)
+        self._remove_member_and_update_group(group, member, f"removing member {member_id} on heartbeat expiration")
+
+    def _remove_member_and_update_group(self, group: ClassicGroup, member: Member, reason: str) -> None:
+        self._release(group, member.member_id)
+        group.remove(member.member_id)
+        if group.is_in(STABLE, COMPLETING):
+            self._maybe_prepare_rebalance_or_complete_join(group, reason)
+        elif group.is_in(PREPARING) and group.has_all_members_joined():
+            self._complete_join(group)
+
+    # -- SyncGroup ----------------------------------------------------------------------------
+
+    def sync_group(self, req: SyncRequest, respond: Waiter) -> None:
+        """Followers park until the leader's assignment is persisted; the leader's is written first."""
+        if not req.group_id:
+            respond(sync_response(ErrorCode.INVALID_GROUP_ID))
+            return
+        group = self.groups.get(req.group_id)
+        if group is None or group.is_empty:
+            respond(sync_response(ErrorCode.UNKNOWN_MEMBER_ID))
+            return
+        code = self._validate_sync(group, req)
+        if code:
+            respond(sync_response(code))
+        elif group.is_in(PREPARING):
+            respond(sync_response(ErrorCode.REBALANCE_IN_PROGRESS))
+        elif group.is_in(COMPLETING):
+            member = group.member(req.member_id)
+            if member.sync_waiter is not None:  # superseded by this request (a retry on a new connection)
+                group.complete_sync(member, sync_response(ErrorCode.REBALANCE_IN_PROGRESS))
+            member.sync_waiter = respond
+            self._remove_pending_sync_member(group, req.member_id)
+            if group.is_leader(req.member_id):
+                self._store_assignment(group, req)
+        elif group.is_in(STABLE):
+            self._remove_pending_sync_member(group, req.member_id)
+            member = group.member(req.member_id)
+            respond(sync_response(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment))
+
+    def _store_assignment(self, group: ClassicGroup, req: SyncRequest) -> None:
+        log.info("assignment received from leader %s for group %s generation %d (%d members)", req.member_id,
+                 group.group_id, group.generation, len(group.members))
+        assignment = {mid: req.assignments.get(mid, b"") for mid in group.members}
+        missing = [mid for mid in group.members if mid not in req.assignments]
+        if missing:
+            log.warning("empty assignments for members %s of group %s generation %d", missing, group.group_id,
+                        group.generation)
+        try:
+            self._write(group.group_id, [self._group_record(group, assignment)])
+        except KafkaError as e:
+            if group.is_in(COMPLETING) and req.generation_id == group.generation:
+                code = group_append_error(e)
+                log.warning("failed to store the assignment of group %s: %s", group.group_id, e)
+                self._reset_and_propagate_assignment(group, code)
+                self._maybe_prepare_rebalance_or_complete_join(group, f"error {code} storing the group assignment")
+            return
+        if group.is_in(COMPLETING) and req.generation_id == group.generation:
+            self._set_and_propagate_assignment(group, assignment)
+            group.transition_to(STABLE, self._now())
+
+    def _validate_sync(self, group: ClassicGroup, req: SyncRequest) -> int:
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            group.validate_member(req.member_id, req.group_instance_id)
+        except GroupError as e:
+            return e.error_code
+        if req.generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(req.protocol_name,
+                                                                                   group.protocol_name):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        return ErrorCode.NONE
+
+    # -- Heartbeat and LeaveGroup -------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            group.validate_member(member_id, instance_id)
+        except GroupError as e:
+            return e.error_code
+        if generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_in(EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._reschedule_heartbeat(group, group.member(member_id))
+        if group.is_in(PREPARING):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave_group(self, group_id: str, members: Iterable[tuple[str, str | None, str | None]]
+                    ) -> tuple[int, list[Response]]:
+        """``members`` are (member id, group instance id, reason); returns (group error, per-member results)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, []
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        results: list[Response] = []
+        left = []
+        for member_id, instance_id, reason in members:
+            code: int = ErrorCode.NONE
+            if member_id == UNKNOWN_MEMBER_ID:
+                # Admin removal of a static member by its group.instance.id alone.
+                existing = group.static_member_id(instance_id) if instance_id is not None else None
+                if existing is not None:
+                    self._remove_current_member(group, existing, reason)
+                    left.append(existing)
+                else:
+                    code = ErrorCode.UNKNOWN_MEMBER_ID
+            elif group.is_pending_member(member_id):
+                group.remove(member_id)
+                self.timer.cancel(self._heartbeat_key(group_id, member_id))
+                left.append(member_id)
+            else:
+                try:
+                    group.validate_member(member_id, instance_id)
+                    self._remove_current_member(group, member_id, reason)
+                    left.append(member_id)
+                except GroupError as e:
+                    code = e.error_code
+            results.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": code})
+        if left:
+            if group.is_in(STABLE, COMPLETING):
+                self._maybe_prepare_rebalance_or_complete_join(group, f"explicit LeaveGroup for {left}")
+            elif group.is_in(PREPARING):
+                self._maybe_complete_join_phase(group)
+        return ErrorCode.NONE, results
+
+    def _remove_current_member(self, group: ClassicGroup, member_id: str, reason: str | None) -> None:
+        self.timer.cancel(self._heartbeat_key(group.group_id, member_id))
+        log.info("member %s has left group %s (client reason: %s)", member_id, group.group_id,
+                 reason or "not provided")
+        self._release(group, member_id)
+        group.remove(member_id)
+
+    # -- describe, list, delete -----------------------------------------------------------------
+
+    def describe_group(self, group_id: str) -> Response | None:
+        """None when the group does not exist (the caller answers per version)."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return None
+        stable = group.is_in(STABLE)
+        protocol = group.protocol_name if stable else None
+        return {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id,
+                "group_state": group.state.value, "protocol_type": group.protocol_type or "",
+                "protocol_data": protocol or "", "members": [m.describe(protocol) for m in group.members.values()]}
+
+    def list_groups(self, states: set[str] | None = None, types: set[str] | None = None) -> list[Response]:
+        """``states``/``types`` are lower-case filters; empty or None means all."""
+        if types and GROUP_TYPE_CLASSIC not in types:
+            return []
+        out = []
+        for group in self.groups.values():
+            if group.is_in(DEAD) or (states and group.state.value.lower() not in states):
+                continue
+            out.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                        "group_state": group.state.value, "group_type": GROUP_TYPE_CLASSIC})
+        return out
+
+    def delete_groups(self, group_ids: Iterable[str | None]) -> list[tuple[str | None, int]]:
+        results: list[tuple[str | None, int]] = []
+        for gid in group_ids:
+            if gid is None:
+                results.append((gid, ErrorCode.INVALID_GROUP_ID))
+                continue
+            group = self.groups.get(gid)
+            if group is None or group.is_in(DEAD):
+                results.append((gid, ErrorCode.GROUP_ID_NOT_FOUND))
+                continue
+            if not group.is_empty:
+                results.append((gid, ErrorCode.NON_EMPTY_GROUP))
+                continue
+            records: list[Record] = [(encode_offset_commit_key(gid, t, p), None) for t, p in self.offsets.get(gid, {})]
+            records.append((encode_group_metadata_key(gid), None))
+            try:
+                self._write(gid, records)
+            except KafkaError as e:
+                results.append((gid, group_append_error(e)))
+                continue
+            self._drop_group(group)
+            log.info("deleted group %s", gid)
+            results.append((gid, ErrorCode.NONE))
+        return results
+
+    def _drop_group(self, group: ClassicGroup) -> None:
+        gid = group.group_id
+        group.transition_to(DEAD, self._now())
+        self.groups.pop(gid, None)
+        self.offsets.pop(gid, None)
+        self.timer.cancel(self._join_key(gid))
+        self.timer.cancel(self._sync_key(gid))
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def commit_offsets(self, req: CommitRequest) -> dict[tuple[str, int], int]:
+        """Per (topic, partition) error codes; the records are in the log before this returns."""
+        keys = [(t, p) for t, p, *_ in req.partitions]
+        if not req.group_id:
+            return dict.fromkeys(keys, ErrorCode.INVALID_GROUP_ID)
+        try:
+            group = self._validate_offset_commit(req)
+        except GroupError as e:
+            return dict.fromkeys(keys, e.error_code)
+        if group.is_in(STABLE, PREPARING):  # a commit from a member keeps its session alive
+            self._reschedule_heartbeat(group, group.member(req.member_id))
+        now = self._now()
+        expire = now + req.retention_ms if req.retention_ms != -1 else -1
+        version = OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY if expire != -1 else OFFSET_COMMIT_VALUE_VERSION
+        results: dict[tuple[str, int], int] = {}
+        records: list[Record] = []
+        updates: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for topic, partition, offset, leader_epoch, metadata in req.partitions:
+            if metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            om = OffsetAndMetadata(offset, leader_epoch, metadata or "", now, expire)
+            records.append((encode_offset_commit_key(req.group_id, topic, partition),
+                            encode_offset_commit_value(OffsetCommitValue(om.offset, om.leader_epoch, om.metadata,
+                                                                         om.commit_timestamp, om.expire_timestamp),
+                                                       version)))
+            updates[(topic, partition)] = om
+            results[(topic, partition)] = ErrorCode.NONE
+        if records:
+            try:
+                self._write(req.group_id, records)
+            except KafkaError as e:
+                code = offset_append_error(e)
+                return {k: (code if k in updates else v) for k, v in results.items()}
+            self.offsets.setdefault(req.group_id, {}).update(updates)
+        return results
+
+    def _validate_offset_commit(self, req: CommitRequest) -> ClassicGroup:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.generation_id < 0:
+                # A consumer without group management (or an admin client): a "simple" group.
+                log.info("creating simple consumer group %s via a manual offset commit", req.group_id)
+                group = ClassicGroup(req.group_id, self._now())
+                self.groups[req.group_id] = group
+                return group
+            if req.api_version >= GROUP_ID_NOT_FOUND_COMMIT_VERSION:
+                raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        if group.is_in(DEAD):
+            raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if req.generation_id < 0 and group.is_in(EMPTY):
+            return group
+        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+            group.validate_member(req.member_id, req.group_instance_id)
+            if req.generation_id != group.generation:
+                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        elif not group.is_in(EMPTY):
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(COMPLETING):
+            # The member has the new generation but not its assignment yet: let it retry after SyncGroup.
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        return group
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                      ) -> list[tuple[str, list[Response]]]:
+        """(topic, partitions) with the committed offset or -1; ``topics`` None means every committed one."""
+        if not group_id:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID)
+        group = self.groups.get(group_id)
+        stored = self.offsets.get(group_id, {}) if group is not None and not group.is_in(DEAD) else {}
+
+        def entry(partition: int, om: OffsetAndMetadata | None) -> Response:
+            if om is None:
+                return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                        "metadata": "", "error_code": ErrorCode.NONE}
+            return {"partition_index": partition, "committed_offset": om.offset,
+                    "committed_leader_epoch": om.leader_epoch, "metadata": om.metadata, "error_code": ErrorCode.NONE}
+
+        if topics is None:
+            by_topic: dict[str, list[Response]] = {}
+            for (topic, partition), om in sorted(stored.items()):
+                by_topic.setdefault(topic, []).append(entry(partition, om))
+            return list(by_topic.items())
+        return [(topic, [entry(p, stored.get((topic, p))) for p in partitions]) for topic, partitions in topics]
+
+    def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
+                       ) -> tuple[int, list[tuple[str, list[tuple[int, int]]]]]:
+        """OffsetDelete: (group error, [(topic, [(partition, error)])])."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        if group.is_in(STABLE, PREPARING, COMPLETING) and not group.uses_consumer_protocol():
+            return ErrorCode.NON_EMPTY_GROUP, []
+        stored = self.offsets.get(group_id, {})
+        out: list[tuple[str, list[tuple[int, int]]]] = []
+        records: list[Record] = []
+        doomed: list[tuple[str, int]] = []
+        for topic, partitions in topics:
+            if group.is_subscribed_to_topic(topic):
+                out.append((topic, [(p, GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions]))
+                continue
+            for p in partitions:
+                if (topic, p) in stored:
+                    records.append((encode_offset_commit_key(group_id, topic, p), None))
+                    doomed.append((topic, p))
+            out.append((topic, [(p, ErrorCode.NONE) for p in partitions]))
+        if records:
+            try:
+                self._write(group_id, records)
+            except KafkaError as e:
+                return group_append_error(e), []
+            for key in doomed:
+                stored.pop(key, None)
+        return ErrorCode.NONE, out
+
+    def expire_offsets(self) -> int:
+        """Drop offsets past ``offsets.retention``, and empty groups left without any; returns how many."""
+        now = self._now()
+        retention = self.config.offsets_retention_ms
+        removed = 0
+        for gid, group in list(self.groups.items()):
+            stored = self.offsets.get(gid, {})
+            base: Callable[[OffsetAndMetadata], int] | None
+            if group.protocol_type:
+                if group.is_in(EMPTY):
+                    since = group.current_state_timestamp
+
+                    def base(om: OffsetAndMetadata, since: int | None = since) -> int:
+                        return since if since is not None else om.commit_timestamp
+                elif group.uses_consumer_protocol() and group.subscribed is not None and group.is_in(STABLE):
+                    def base(om: OffsetAndMetadata) -> int:
+                        return om.commit_timestamp
+                else:
+                    base = None
+            else:
+                def base(om: OffsetAndMetadata) -> int:
+                    return om.commit_timestamp
+            if base is None:
+                continue
+            expired = []
+            all_expired = True
+            for (topic, partition), om in stored.items():
+                if group.is_subscribed_to_topic(topic):
+                    all_expired = False
+                    continue
+                due = now >= om.expire_timestamp if om.expire_timestamp >= 0 else now - base(om) >= retention
+                if due:
+                    expired.append((topic, partition))
+                else:
+                    all_expired = False
+            records: list[Record] = [(encode_offset_commit_key(gid, t, p), None) for t, p in expired]
+            delete_group = all_expired and group.is_empty and not group.pending_join
+            if delete_group:
+                records.append((encode_group_metadata_key(gid), None))
+            if not records:
+                continue
+            try:
+                self._write(gid, records)
+            except KafkaError as e:
+                log.warning("failed to expire offsets of group %s: %s", gid, e)
+                continue
+            for key in expired:
+                stored.pop(key, None)
+            removed += len(expired)
+            if delete_group:
+                self._drop_group(group)
+                log.info("group %s expired: empty and without offsets", gid)
+        return removed
+
+    # -- loading and unloading ----------------------------------------------------------------
+
+    def replay(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one ``__consumer_offsets`` record read back from the log (last write per key wins)."""
+        if key is None:
+            return
+        k = decode_key(key)
+        if isinstance(k, OffsetCommitKey):
+            if value is None:
+                stored = self.offsets.get(k.group)
+                if stored is not None:
+                    stored.pop((k.topic, k.partition), None)
+                return
+            v = decode_offset_commit_value(value)
+            if k.group not in self.groups:  # offsets without membership: a simple group
+                self.groups[k.group] = ClassicGroup(k.group, self._now())
+            self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = OffsetAndMetadata(
+                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp)
+        elif isinstance(k, GroupMetadataKey):
+            if value is None:
+                self.groups.pop(k.group, None)
+                return
+            self.groups[k.group] = self._group_from_record(k.group, decode_group_metadata_value(value))
+
+    def _group_from_record(self, group_id: str, v: GroupMetadataValue) -> ClassicGroup:
+        group = ClassicGroup(group_id, self._now(), state=STABLE if v.members else EMPTY, generation=v.generation,
+                             protocol_type=v.protocol_type or None, protocol_name=v.protocol, leader_id=v.leader,
+                             current_state_timestamp=None if v.current_state_timestamp == -1
+                             else v.current_state_timestamp)
+        for m in v.members:
+            group.add(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                             m.session_timeout if m.rebalance_timeout == -1 else m.rebalance_timeout,
+                             m.session_timeout, v.protocol_type, ((v.protocol or "", m.subscription),),
+                             m.assignment))
+        group.subscribed = group.compute_subscribed_topics()
+        return group
+
+    def on_loaded(self) -> None:
+        """After replay: loaded members must heartbeat within their session timeout or be removed."""
+        for group in list(self.groups.values()):
+            for m in list(group.members.values()):
+                self._reschedule_heartbeat(group, m)
+            if group.is_in(STABLE) and len(group.members) > self.config.max_size:
+                self._prepare_rebalance(group, f"freshly-loaded group is over capacity ({self.config.max_size})")
+        log.info("loaded %d groups and %d committed offsets", len(self.groups),
+                 sum(len(o) for o in self.offsets.values()))
+
+    def unload(self) -> None:
+        """Coordinator shutdown: parked requests get NOT_COORDINATOR and every timer stops."""
+        self.timer.cancel_all()
+        for group in list(self.groups.values()):
+            group.complete_all(ErrorCode.NOT_COORDINATOR)
+        self.groups.clear()
+        self.offsets.clear()
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    return requested is not None and current is not None and requested != current
+

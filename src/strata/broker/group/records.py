@@ -1,0 +1,380 @@
+"""The records of ``__consumer_offsets``, byte for byte as Apache Kafka writes and reads them.
+
+kio has no classes for these (they are not wire messages), so they are encoded here by hand from
+Kafka's schemas in ``group-coordinator/src/main/resources/common/message/``. Every key and value
+starts with an int16 version; the key version says which record it is:
+
+* key v0/v1 ``OffsetCommitKey``: group (string), topic (string), partition (int32). Kafka writes v1.
+* key v2 ``GroupMetadataKey``: group (string).
+* higher key versions are the KIP-848 consumer-group records, which a classic coordinator skips.
+
+``OffsetCommitValue`` v0-v4: offset int64, leader_epoch int32 (v3+), metadata string,
+commit_timestamp int64, expire_timestamp int64 (v1 only); v4 is the first flexible version.
+Kafka writes v3, or v1 when the commit carried a retention time (OffsetCommit v2-v4).
+
+``GroupMetadataValue`` v0-v4: protocol_type string, generation int32, protocol nullable string,
+leader nullable string, current_state_timestamp int64 (v2+), members array of member_id,
+group_instance_id (v3+, nullable), client_id, client_host, rebalance_timeout int32 (v1+),
+session_timeout int32, subscription bytes, assignment bytes. Kafka writes v3.
+
+A null value is a tombstone. Because a replica of Apache Kafka could read these logs (and
+``kafka-console-consumer --formatter`` could print them), the layout must not drift: the unit tests
+pin fixed byte vectors derived from the schema definitions.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from strata.errors import CorruptRecordError
+
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_METADATA_VALUE_VERSION = 3
+FLEXIBLE_VALUE_VERSION = 4  # first flexible version of both value schemas
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+# -- the records ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OtherKey:
+    """A key this coordinator does not handle (KIP-848 consumer groups, share groups...)."""
+
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+    expire_timestamp: int = -1  # stored only by value version 1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = -1
+    members: tuple[MemberMetadata, ...] = ()
+
+
+# -- primitive writers --------------------------------------------------------------------------
+
+class _Writer:
+    """Kafka's message primitives; ``flexible`` switches to compact lengths and tagged fields."""
+
+    def __init__(self, flexible: bool = False) -> None:
+        self.out = bytearray()
+        self.flexible = flexible
+
+    def int16(self, v: int) -> None:
+        self.out += _I16.pack(v)
+
+    def int32(self, v: int) -> None:
+        self.out += _I32.pack(v)
+
+    def int64(self, v: int) -> None:
+        self.out += _I64.pack(v)
+
+    def uvarint(self, v: int) -> None:
+        while v >= 0x80:
+            self.out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.out.append(v)
+
+    def string(self, v: str | None) -> None:
+        if v is None:
+            if self.flexible:
+                self.uvarint(0)
+            else:
+                self.int16(-1)
+            return
+        data = v.encode("utf-8")
+        if len(data) > 0x7FFF:
+            raise ValueError(f"string of {len(data)} bytes is too long for a Kafka string")
+        if self.flexible:
+            self.uvarint(len(data) + 1)
+        else:
+            self.int16(len(data))
+        self.out += data
+
+    def bytes_(self, v: bytes) -> None:
+        if self.flexible:
+            self.uvarint(len(v) + 1)
+        else:
+            self.int32(len(v))
+        self.out += v
+
+    def array_len(self, n: int) -> None:
+        if self.flexible:
+            self.uvarint(n + 1)
+        else:
+            self.int32(n)
+
+    def tags(self) -> None:
+        if self.flexible:
+            self.uvarint(0)  # no tagged fields
+
+
+class _Reader:
+    def __init__(self, data: bytes | memoryview, what: str) -> None:
+        self.buf = memoryview(data)
+        self.pos = 0
+        self.what = what
+        self.flexible = False
+
+    def _take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise CorruptRecordError(f"{self.what}: field of {n} bytes runs past the end", self.pos)
+        view = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    def int16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
+
+    def int32(self) -> int:
+        return int(_I32.unpack(self._take(4))[0])
+
+    def int64(self) -> int:
+        return int(_I64.unpack(self._take(8))[0])
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self._take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise CorruptRecordError(f"{self.what}: unsigned varint too long", self.pos)
+
+    def nullable_string(self) -> str | None:
+        n = self.uvarint() - 1 if self.flexible else self.int16()
+        if n < 0:
+            return None
+        try:
+            return str(self._take(n).tobytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CorruptRecordError(f"{self.what}: string is not UTF-8", self.pos) from None
+
+    def string(self) -> str:
+        v = self.nullable_string()
+        if v is None:
+            raise CorruptRecordError(f"{self.what}: null where a string is required", self.pos)
+        return v
+
+    def bytes_(self) -> bytes:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        if n < 0:
+            raise CorruptRecordError(f"{self.what}: null where bytes are required", self.pos)
+        return self._take(n).tobytes()
+
+    def array_len(self) -> int:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        if n < 0:
+            raise CorruptRecordError(f"{self.what}: null array", self.pos)
+        return n
+
+    def skip_tags(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()  # tag
+                self._take(self.uvarint())
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise CorruptRecordError(f"{self.what}: {len(self.buf) - self.pos} bytes left over", self.pos)
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    w = _Writer()
+    w.int16(OFFSET_COMMIT_KEY_VERSION)
+    w.string(group)
+    w.string(topic)
+    w.int32(partition)
+    return bytes(w.out)
+
+
+def encode_group_metadata_key(group: str) -> bytes:
+    w = _Writer()
+    w.int16(GROUP_METADATA_KEY_VERSION)
+    w.string(group)
+    return bytes(w.out)
+
+
+def decode_key(data: bytes | memoryview) -> OffsetCommitKey | GroupMetadataKey | OtherKey:
+    r = _Reader(data, "__consumer_offsets key")
+    version = r.int16()
+    if version in (0, 1):
+        key: OffsetCommitKey | GroupMetadataKey = OffsetCommitKey(r.string(), r.string(), r.int32())
+    elif version == 2:
+        key = GroupMetadataKey(r.string())
+    else:
+        return OtherKey(version)
+    r.done()
+    return key
+
+
+# -- values ---------------------------------------------------------------------------------
+
+def encode_offset_commit_value(value: OffsetCommitValue, version: int = OFFSET_COMMIT_VALUE_VERSION) -> bytes:
+    if not 0 <= version <= FLEXIBLE_VALUE_VERSION:
+        raise ValueError(f"OffsetCommitValue has versions 0-4, not {version}")
+    w = _Writer(flexible=version >= FLEXIBLE_VALUE_VERSION)
+    w.int16(version)
+    w.int64(value.offset)
+    if version >= 3:
+        w.int32(value.leader_epoch)
+    w.string(value.metadata)
+    w.int64(value.commit_timestamp)
+    if version == 1:
+        w.int64(value.expire_timestamp)
+    w.tags()
+    return bytes(w.out)
+
+
+def decode_offset_commit_value(data: bytes | memoryview) -> OffsetCommitValue:
+    r = _Reader(data, "OffsetCommitValue")
+    version = r.int16()
+    if version < 0:
+        raise CorruptRecordError(f"OffsetCommitValue: negative version {version}")
+    r.flexible = version >= FLEXIBLE_VALUE_VERSION
+    offset = r.int64()
+    leader_epoch = r.int32() if version >= 3 else -1
+    metadata = r.string()
+    commit_timestamp = r.int64()
+    expire_timestamp = r.int64() if version == 1 else -1
+    r.skip_tags()
+    if version <= FLEXIBLE_VALUE_VERSION:
+        r.done()  # a newer version may append fields we do not know (KIP-915): ignore them
+    return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
+
+
+def encode_group_metadata_value(value: GroupMetadataValue, version: int = GROUP_METADATA_VALUE_VERSION) -> bytes:
+    if not 0 <= version <= FLEXIBLE_VALUE_VERSION:
+        raise ValueError(f"GroupMetadataValue has versions 0-4, not {version}")
+    w = _Writer(flexible=version >= FLEXIBLE_VALUE_VERSION)
+    w.int16(version)
+    w.string(value.protocol_type)
+    w.int32(value.generation)
+    w.string(value.protocol)
+    w.string(value.leader)
+    if version >= 2:
+        w.int64(value.current_state_timestamp)
+    w.array_len(len(value.members))
+    for m in value.members:
+        w.string(m.member_id)
+        if version >= 3:
+            w.string(m.group_instance_id)
+        w.string(m.client_id)
+        w.string(m.client_host)
+        if version >= 1:
+            w.int32(m.rebalance_timeout)
+        w.int32(m.session_timeout)
+        w.bytes_(m.subscription)
+        w.bytes_(m.assignment)
+        w.tags()
+    w.tags()
+    return bytes(w.out)
+
+
+def decode_group_metadata_value(data: bytes | memoryview) -> GroupMetadataValue:
+    r = _Reader(data, "GroupMetadataValue")
+    version = r.int16()
+    if version < 0:
+        raise CorruptRecordError(f"GroupMetadataValue: negative version {version}")
+    r.flexible = version >= FLEXIBLE_VALUE_VERSION
+    protocol_type = r.string()
+    generation = r.int32()
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
+    current_state_timestamp = r.int64() if version >= 2 else -1
+    members = []
+    for _ in range(r.array_len()):
+        member_id = r.string()
+        instance_id = r.nullable_string() if version >= 3 else None
+        client_id = r.string()
+        client_host = r.string()
+        rebalance_timeout = r.int32() if version >= 1 else -1
+        session_timeout = r.int32()
+        subscription = r.bytes_()
+        assignment = r.bytes_()
+        r.skip_tags()
+        members.append(MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_timeout,
+                                      session_timeout, subscription, assignment))
+    r.skip_tags()
+    if version <= FLEXIBLE_VALUE_VERSION:
+        r.done()
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_timestamp, tuple(members))
+
+
+# -- partitioning ---------------------------------------------------------------------------
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode``: over UTF-16 code units, wrapping to a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode()) % partitions`` (``Utils.abs(MIN_VALUE)`` is 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+# -- the embedded consumer protocol -----------------------------------------------------------
+
+def subscribed_topics(subscription: bytes) -> set[str] | None:
+    """Topics of a ``consumer`` protocol subscription (its v0 prefix, shared by every version).
+
+    None when the bytes do not parse, which Kafka treats as "subscriptions unknown".
+    """
+    try:
+        r = _Reader(subscription, "ConsumerProtocolSubscription")
+        if r.int16() < 0:
+            return None
+        return {r.string() for _ in range(r.array_len())}
+    except CorruptRecordError:
+        return None

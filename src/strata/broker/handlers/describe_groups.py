@@ -1,0 +1,44 @@
+"""DescribeGroups: state, protocol and members of classic groups.
+
+Member metadata and the chosen protocol are shown only for Stable groups (mid-rebalance they are in
+flux), as in Kafka. An unknown group is described as Dead; from v6 it also carries
+GROUP_ID_NOT_FOUND with a message. Without an authorizer every operation is allowed, which is what
+``authorized_operations`` reports when asked (v3+).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import GROUP_AUTHORIZED_OPERATIONS, UNKNOWN_OPERATIONS, manager_of
+from strata.errors import ErrorCode
+
+DESCRIBE_GROUPS = 15
+NOT_FOUND_VERSION = 6
+
+
+def _dead(group_id: str, code: int, message: str | None) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "Dead",
+            "protocol_type": "", "protocol_data": "", "members": []}
+
+
+@handles(DESCRIBE_GROUPS)
+async def describe_groups(ctx: RequestContext, request: Any) -> Any:
+    manager = manager_of(ctx)
+    ops = GROUP_AUTHORIZED_OPERATIONS if getattr(request, "include_authorized_operations", False) \
+        else UNKNOWN_OPERATIONS
+    out = []
+    for group_id in request.groups:
+        if manager is None:
+            entry = _dead(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+        else:
+            described = manager.describe_group(group_id)
+            if described is not None:
+                entry = described
+            elif ctx.version >= NOT_FOUND_VERSION:
+                entry = _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+            else:
+                entry = _dead(group_id, ErrorCode.NONE, None)
+        out.append({**entry, "authorized_operations": ops})
+    return ctx.respond(throttle_time=0, groups=out)

@@ -1,0 +1,21 @@
+"""Heartbeat: keeps a member's session alive and tells it when to rejoin (REBALANCE_IN_PROGRESS)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import manager_of
+from strata.errors import ErrorCode
+
+HEARTBEAT = 12
+
+
+@handles(HEARTBEAT)
+async def heartbeat(ctx: RequestContext, request: Any) -> Any:
+    manager = manager_of(ctx)
+    if manager is None:
+        return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    code = manager.heartbeat(request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                             request.generation_id)
+    return ctx.respond(throttle_time=0, error_code=code)

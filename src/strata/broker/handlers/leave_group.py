@@ -1,0 +1,34 @@
+"""LeaveGroup: one member (v0-v2) or a batch of members (v3+, KIP-345) leaves; the rest rebalance.
+
+A batch may name static members by ``group_instance_id`` alone (admin removal). v0-v2 answers
+carry a single error: the group's, or else the member's, as Kafka's ``LeaveGroupResponse`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import manager_of
+from strata.errors import ErrorCode
+
+LEAVE_GROUP = 13
+BATCH_VERSION = 3
+
+
+@handles(LEAVE_GROUP)
+async def leave_group(ctx: RequestContext, request: Any) -> Any:
+    manager = manager_of(ctx)
+    if ctx.version >= BATCH_VERSION:
+        members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members]
+    else:
+        members = [(request.member_id, None, None)]
+    if manager is None:
+        code, results = int(ErrorCode.COORDINATOR_NOT_AVAILABLE), []
+    else:
+        code, results = manager.leave_group(request.group_id, members)
+    if ctx.version >= BATCH_VERSION:
+        return ctx.respond(throttle_time=0, error_code=code, members=results)
+    if code == ErrorCode.NONE and results:
+        code = results[0]["error_code"]
+    return ctx.respond(throttle_time=0, error_code=code)

@@ -1,0 +1,25 @@
+"""ListGroups: every group this coordinator knows, filtered by state (v4+) and type (v5+).
+
+Filters compare case-insensitively, as Kafka does. All groups here are classic groups (type
+``classic``), so a types filter without "classic" lists nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import manager_of
+from strata.errors import ErrorCode
+
+LIST_GROUPS = 16
+
+
+@handles(LIST_GROUPS)
+async def list_groups(ctx: RequestContext, request: Any) -> Any:
+    manager = manager_of(ctx)
+    if manager is None:
+        return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, groups=manager.list_groups(states, types))

@@ -1,0 +1,59 @@
+"""OffsetCommit: a group's consumed positions, written to ``__consumer_offsets`` before the answer.
+
+Unknown topics or partitions are refused here (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID for
+v10's topic ids) and never reach the coordinator, as in Kafka's ``KafkaApis``. The rest are checked
+against the group (generation, member; generation -1 with no member id is a "simple" commit,
+allowed while the group is Empty) and committed in one batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import manager_of, millis
+from strata.broker.group.manager import CommitRequest
+from strata.errors import ErrorCode
+
+OFFSET_COMMIT = 8
+
+
+@handles(OFFSET_COMMIT)
+async def offset_commit(ctx: RequestContext, request: Any) -> Any:
+    topics = ctx.broker.topics
+    manager = manager_of(ctx)
+    errors: dict[tuple[int, int], int] = {}  # (topic index, partition index in request) -> error
+    wanted: list[tuple[str, int, int, int, str | None]] = []
+    where: dict[tuple[int, int], tuple[str, int]] = {}
+    for ti, t in enumerate(request.topics):
+        name = getattr(t, "name", None)
+        info = topics.get(name) if name is not None else topics.by_id(getattr(t, "topic_id", None))
+        for pi, p in enumerate(t.partitions):
+            if info is None:
+                errors[(ti, pi)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None \
+                    else ErrorCode.UNKNOWN_TOPIC_ID
+            elif not 0 <= p.partition_index < info.partitions:
+                errors[(ti, pi)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif manager is None:
+                errors[(ti, pi)] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            else:
+                where[(ti, pi)] = (info.name, p.partition_index)
+                wanted.append((info.name, p.partition_index, p.committed_offset,
+                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    if wanted and manager is not None:
+        results = manager.commit_offsets(CommitRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            generation_id=request.generation_id_or_member_epoch,
+            retention_ms=millis(getattr(request, "retention_time", None)),
+            api_version=ctx.version,
+            partitions=wanted,
+        ))
+        for pos, key in where.items():
+            errors[pos] = results[key]
+    return ctx.respond(throttle_time=0, topics=[
+        {"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
+         "partitions": [{"partition_index": p.partition_index, "error_code": errors[(ti, pi)]}
+                        for pi, p in enumerate(t.partitions)]}
+        for ti, t in enumerate(request.topics)])

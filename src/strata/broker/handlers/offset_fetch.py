@@ -1,0 +1,80 @@
+"""OffsetFetch: committed offsets of one group (v1-v7) or of several groups at once (v8+).
+
+A partition without a committed offset answers -1, and so does a group that does not exist (Kafka
+does not reveal whether it exists). ``topics`` null (v2+) asks for every committed partition.
+v10 names topics by id: an unknown id answers UNKNOWN_TOPIC_ID for its partitions. ``require_stable``
+is accepted and has nothing to wait for: this broker has no transactional offset commits, so no
+offset is ever pending.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import manager_of
+from strata.broker.group.classic import GroupError
+from strata.errors import ErrorCode
+
+OFFSET_FETCH = 9
+TOP_LEVEL_ERROR_VERSION = 2
+MULTI_GROUP_VERSION = 8
+
+
+def _missing(partition: int, code: int) -> dict[str, Any]:
+    return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+            "error_code": code}
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+    """(group error, response topics) for one group; topics carry both name and id (the version keeps one)."""
+    registry = ctx.broker.topics
+    manager = manager_of(ctx)
+    requested: list[tuple[str, list[int]]] | None = None
+    unknown_ids: list[tuple[Any, list[int]]] = []
+    if topics is not None:
+        requested = []
+        for t in topics:
+            name = getattr(t, "name", None)
+            if name is None:
+                info = registry.by_id(getattr(t, "topic_id", None))
+                if info is None:
+                    unknown_ids.append((t.topic_id, list(t.partition_indexes)))
+                    continue
+                name = info.name
+            requested.append((name, list(t.partition_indexes)))
+    if manager is None:
+        code: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return code, [{"name": n, "topic_id": _id_of(ctx, n), "partitions": [_missing(p, code) for p in ps]}
+                      for n, ps in requested or []]
+    try:
+        found = manager.fetch_offsets(group_id, requested)
+    except GroupError as e:
+        return e.error_code, [{"name": n, "topic_id": _id_of(ctx, n),
+                               "partitions": [_missing(p, e.error_code) for p in ps]} for n, ps in requested or []]
+    out = [{"name": name, "topic_id": _id_of(ctx, name), "partitions": parts} for name, parts in found]
+    if topics is None and ctx.version >= 10:
+        out = [t for t in out if t["topic_id"] is not None]  # offsets of deleted topics have no id to show
+    out += [{"name": "", "topic_id": tid, "partitions": [_missing(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in ps]}
+            for tid, ps in unknown_ids]
+    return ErrorCode.NONE, out
+
+
+def _id_of(ctx: RequestContext, name: str) -> Any:
+    info = ctx.broker.topics.get(name)
+    return info.topic_id if info is not None else None
+
+
+@handles(OFFSET_FETCH)
+async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version >= MULTI_GROUP_VERSION:
+        groups = []
+        for g in request.groups:
+            code, topics = _fetch_group(ctx, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+        return ctx.respond(throttle_time=0, groups=groups)
+    code, topics = _fetch_group(ctx, request.group_id, request.topics)
+    if ctx.version < TOP_LEVEL_ERROR_VERSION and code:
+        for t in topics:  # v1 has no group-level error: every partition carries it
+            t["partitions"] = [{**p, "error_code": code} for p in t["partitions"]]
+    return ctx.respond(throttle_time=0, error_code=code, topics=topics)

@@ -1,0 +1,35 @@
+"""SyncGroup: the leader hands in the assignment; every member is answered with its own share.
+
+Followers park until the leader's assignment has been written to ``__consumer_offsets`` (or until
+the rebalance is abandoned, which answers them REBALANCE_IN_PROGRESS).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.api import manager_of, parked
+from strata.broker.group.manager import SyncRequest, sync_response
+from strata.errors import ErrorCode
+
+SYNC_GROUP = 14
+
+
+@handles(SYNC_GROUP)
+async def sync_group(ctx: RequestContext, request: Any) -> Any:
+    manager = manager_of(ctx)
+    if manager is None:
+        return ctx.respond(throttle_time=0, **sync_response(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    req = SyncRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=request.generation_id,
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
+    fut, respond = parked()
+    manager.sync_group(req, respond)
+    return ctx.respond(throttle_time=0, **await fut)
