@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test soak run bench lint clean
+.PHONY: venv kcat test soak run bench lint clean
 
 venv: $(STAMP)
 
@@ -14,7 +14,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
-test: venv
+# kcat for tests/broker/test_kcat.py: installed with apt only as root or with passwordless sudo;
+# never fails the build (the kcat tests skip when the binary is absent).
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "kcat not installed (needs root or passwordless sudo)"; exit 0; fi; \
+	  { command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
+	    $$SUDO apt-get install -y -qq kcat >/dev/null; } || echo "kcat not installed"; }
+
+test: venv kcat
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
 soak: venv

@@ -1,9 +1,13 @@
-"""``make bench``: local-log append and read throughput against plain file I/O.
+"""``make bench``: local-log throughput against plain file I/O, and broker produce/consume
+throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--reps N] [--total-mib N] [--segment-mib N] [--dir PATH]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker] [--reps N] [--total-mib N] [--segment-mib N]
+                                  [--broker-mib N] [--dir PATH] [--profile-broker]
 
-Prints a table (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json. Always exits 0 when the
-benchmark ran: a missed target is reported as FAIL in the table, not as an error.
+Prints tables (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json and
+bench/out/broker_bench.json. Always exits 0 when the benchmarks ran: a missed target is reported
+as FAIL in the table, not as an error. ``--profile-broker`` runs only a cProfile pass of the
+broker (bench/out/broker_profile.pstats) and prints its hot spots.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import broker_bench
 import log_bench
 
 HERE = Path(__file__).resolve().parent
@@ -27,9 +32,18 @@ notes: no fsync in any timed region (both sides write into the page cache; the l
        subject / median of its baseline; (pairs) = min-max of the per-repetition ratios."""
 
 
+BROKER_NOTES = """\
+notes: every server (broker, baselines) is its own process on loopback; MB/s counts record payload
+       bytes (the broker also moves ~70 B of batch/record framing per 1 KiB record). The consume
+       subject reads the topic its rep's produce run wrote, from the page cache. CPU s = median
+       CPU seconds per run of the server process and of this process (the client: for the broker
+       rows confluent-kafka, librdkafka's threads included); with few cores the client's share
+       bounds what any server can reach."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="64 MiB per run, 32 MiB segments, 3 reps")
+    parser.add_argument("--quick", action="store_true", help="64 MiB per run (log: 32 MiB segments), 3 reps")
     parser.add_argument("--reps", type=int, help="repetitions of each measurement (>= 3 recommended)")
     parser.add_argument("--total-mib", type=int, help="bytes appended / read per run, in MiB")
     parser.add_argument("--segment-mib", type=int, help="segment.bytes, in MiB")
@@ -39,8 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=OUT / "work",
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
+    parser.add_argument("--only", choices=["log", "broker"], help="run one benchmark (default: both)")
+    parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
+    parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
+                        help="where to write the broker results")
+    parser.add_argument("--profile-broker", action="store_true",
+                        help="profile the broker's produce and fetch paths (cProfile) instead of benchmarking")
     args = parser.parse_args(argv)
+    if args.profile_broker:
+        return profile_broker(args)
+    if args.only != "broker":
+        run_log_bench(args)
+    if args.only != "log":
+        run_broker_bench(args)
+    return 0
 
+
+def run_log_bench(args: argparse.Namespace) -> None:
     cfg = log_bench.BenchConfig.quick() if args.quick else log_bench.BenchConfig()
     overrides = {}
     if args.reps is not None:
@@ -69,6 +98,37 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"results: {args.json}")
+
+
+def _broker_config(args: argparse.Namespace) -> broker_bench.BenchConfig:
+    cfg = broker_bench.BenchConfig.quick() if args.quick else broker_bench.BenchConfig()
+    overrides = {}
+    if args.reps is not None:
+        overrides["reps"] = args.reps
+    if args.broker_mib is not None:
+        overrides["total_bytes"] = args.broker_mib * broker_bench.MiB
+    return dataclasses.replace(cfg, **overrides)
+
+
+def run_broker_bench(args: argparse.Namespace) -> None:
+    cfg = _broker_config(args)
+    started = time.perf_counter()
+    report = broker_bench.run(args.dir / "broker", cfg)
+    report["mode"] = "quick" if args.quick else "default"
+    report["wall_s"] = time.perf_counter() - started
+    print()
+    print(broker_bench.format_table(report["results"]))
+    print()
+    print(BROKER_NOTES)
+    print(f"wall time {report['wall_s']:.1f} s")
+    args.broker_json.parent.mkdir(parents=True, exist_ok=True)
+    args.broker_json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"results: {args.broker_json}")
+
+
+def profile_broker(args: argparse.Namespace) -> int:
+    cfg = _broker_config(args)
+    print(broker_bench.profile(args.dir / "broker-profile", cfg, OUT / "broker_profile.pstats"))
     return 0
 
 

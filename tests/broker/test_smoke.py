@@ -33,3 +33,15 @@ def test_sigterm_writes_the_clean_shutdown_marker(broker: BrokerProcess) -> None
     assert broker.stop() == 0
     assert (broker.data_dir / "logs" / ".kafka_cleanshutdown").exists()
     assert "strata broker stopped" in broker.tail()
+
+
+def test_admin_client_list_topics(broker: BrokerProcess) -> None:
+    """librdkafka's AdminClient sends Metadata v13 with trailing bytes; Kafka (and we) ignore them."""
+    from confluent_kafka.admin import AdminClient
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 3})
+    producer.produce("listed", value=b"x")
+    assert producer.flush(15) == 0
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 3}).list_topics(timeout=10)
+    assert "listed" in metadata.topics
+    assert [b.port for b in metadata.brokers.values()] == [broker.port]

@@ -132,11 +132,15 @@ def _zero(tp: Any, kafka_type: str | None) -> Any:
 
 
 @cache
-def zero_values(cls: type) -> dict[str, Any]:
-    """A value for every required field of ``cls``: empty lists, no error, zeros, empty strings."""
+def zero_values(cls: type) -> Mapping[str, Any]:
+    """A value for every required field of ``cls``: empty lists, no error, zeros, empty strings.
+
+    Cached per class and therefore read-only (a handler that set a key in it would change every
+    later response of that class): merge it, ``{**zero_values(cls), **values}``.
+    """
     hints = typing.get_type_hints(cls)
-    return {
+    return types.MappingProxyType({
         f.name: _zero(hints[f.name], f.metadata.get("kafka_type"))
         for f in dataclasses.fields(cls)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
+    })

@@ -5,9 +5,11 @@ knows the framing rules and two special cases Kafka has:
 
 * ApiVersions responses always use response header v0 (a client that does not yet know the
   broker's versions must be able to read the answer), which kio encodes for us;
-* a request for a version the broker does not know is still answered when it can be: with the
-  API's own response at that version carrying ``UNSUPPORTED_VERSION`` when kio knows the version,
-  else (ApiVersions) with an ApiVersions v0 response listing what is supported.
+* a request for a version the broker does not know is still answered, and the connection kept:
+  ApiVersions with a v0 response carrying ``UNSUPPORTED_VERSION`` and the supported list (what
+  clients use to pick a version); other APIs with their own response at that version carrying
+  ``UNSUPPORTED_VERSION`` when kio knows the version and the response has a top-level error
+  code, else with the response header and the bare error code.
 
 Fetch responses can carry record bytes that live in segment files: :func:`encode_response` takes
 ``splices``, placeholders put into ``records`` fields that are replaced by the real objects (file
@@ -17,6 +19,7 @@ slices) in the output parts, so record bytes never pass through Python (see :cla
 from __future__ import annotations
 
 import io
+import logging
 import os
 import struct
 from dataclasses import dataclass
@@ -29,6 +32,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from strata.errors import CorruptRecordError
+from strata.protocol.build import make, zero_values
+
+log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
@@ -121,9 +127,10 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
             f"cannot decode {type(cls).__name__} {cls.__name__} v{info.api_version}: {type(e).__name__}: {e}"
         ) from e
     if end != len(frame):
-        raise MalformedRequestError(
-            f"{cls.__name__} v{info.api_version}: {len(frame) - end} trailing bytes after the body"
-        )
+        # Kafka's generated readers ignore what follows the body, and clients rely on it:
+        # librdkafka 2.x sends 3 extra bytes with AdminClient's Metadata v13.
+        log.debug("%s v%d: ignoring %d trailing bytes after the body", cls.__name__, info.api_version,
+                  len(frame) - end)
     return Request(RequestHeaderInfo(info.api_key, info.api_version, info.correlation_id, header.client_id),
                    body, len(frame))
 
@@ -200,8 +207,6 @@ def encode_response(body: Any, correlation_id: int, splices: list[Splice] | None
 
 def zero_response(cls: type, **values: Any) -> Any:
     """An instance of ``cls`` with every required field at its zero value (errors, empty lists)."""
-    from strata.protocol.build import make, zero_values
-
     return make(cls, **{**zero_values(cls), **values})
 
 
@@ -216,7 +221,9 @@ def unsupported_version_response(api_key: int, api_version: int, correlation_id:
         ])
         return b"".join(encode_response(body, correlation_id))
     cls = response_class(api_key, api_version)
-    if cls is not None:
+    if cls is not None and "error_code" in zero_values(cls):
         return b"".join(encode_response(zero_response(cls, error_code=35), correlation_id))
-    # No schema for this version anywhere: the correlation id and the error code are all we can say.
+    # No schema for this version, or a response with only per-topic errors (Metadata: an empty
+    # answer would read as "no topics"): the correlation id and the error code are all we can say.
     return _SIZE.pack(6) + struct.pack(">ih", correlation_id, 35)
+

@@ -1,4 +1,9 @@
-"""DescribeCluster: this node is the whole cluster and its controller."""
+"""DescribeCluster: this node is the whole cluster and its controller.
+
+Admin clients (KIP-919) may ask for the controller endpoints (``endpoint_type`` 2); a combined
+single node answers with itself either way. The broker entries use DescribeCluster's own field
+name (``broker_id``), not Metadata's ``node_id``.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,21 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 
 DESCRIBE_CLUSTER = 60
+UNKNOWN_OPERATIONS = -2147483648
 
 
 @handles(DESCRIBE_CLUSTER)
 async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     b = ctx.broker
+    entry = b.broker_entry()
     return ctx.respond(
         throttle_time=0,
         error_code=0,
         error_message=None,
-        endpoint_type=1,
+        endpoint_type=getattr(request, "endpoint_type", 1),
         cluster_id=b.cluster_id,
         controller_id=b.node_id,
-        brokers=[b.broker_entry()],
-        cluster_authorized_operations=-2147483648,
+        brokers=[{"broker_id": entry["node_id"], "host": entry["host"], "port": entry["port"],
+                  "rack": entry["rack"], "is_fenced": False}],
+        cluster_authorized_operations=UNKNOWN_OPERATIONS,
     )

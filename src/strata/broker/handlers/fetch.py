@@ -50,11 +50,13 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
         data = plog.read(p.fetch_offset, max_bytes, isolation, min_one_message=state.bytes == 0)
         out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                    log_start_offset=plog.log_start_offset)
+        records = data.records
         if isolation is FetchIsolation.TXN_COMMITTED:
-            aborted = plog.collect_aborted_transactions(p.fetch_offset, plog.last_stable_offset)
+            # No records, nothing to filter: skip reading the segments' transaction indexes.
+            aborted = plog.collect_aborted_transactions(p.fetch_offset, plog.last_stable_offset) \
+                if records is not None and records.size else []
             out["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                            for a in aborted]
-        records = data.records
         if records is not None and records.size:
             if records.size < INLINE_BYTES:
                 out["records"] = records.read()

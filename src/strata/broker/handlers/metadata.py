@@ -45,7 +45,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topics = broker.topics
     entries = []
-    if request.topics is None:  # all topics
+    # All topics: null from v1 on; in v0 (no nullable arrays yet) the empty list meant "all".
+    if request.topics is None or (ctx.version == 0 and not request.topics):
         entries = [topic_entry(ctx, t) for t in sorted(topics, key=lambda t: t.name)]
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable

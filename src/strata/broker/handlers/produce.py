@@ -12,7 +12,7 @@ from typing import Any
 
 from strata.broker.dispatch import CloseConnection, RequestContext, handles
 from strata.common import TopicPartition
-from strata.errors import ErrorCode, InvalidRecordError, KafkaError
+from strata.errors import ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             try:
                 result = broker.replicas.append(TopicPartition(info.name, index), records)
             except KafkaError as e:
-                if not isinstance(e, (InvalidRecordError,)) and e.error_code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                if isinstance(e, KafkaStorageError):
+                    log.error("append to %s-%d failed: %s", info.name, index, e)
+                elif not isinstance(e, InvalidRecordError) and e.error_code == ErrorCode.UNKNOWN_SERVER_ERROR:
                     log.exception("append to %s-%d failed", info.name, index)
                 parts.append(_partition_error(index, e.error_code, str(e),
                                               batch_error=e.error_code in (ErrorCode.INVALID_RECORD,
