@@ -32,7 +32,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("log.dir", "string", "/tmp/strata-logs", None, "Used when log.dirs is not set"),
     ConfigKey("num.partitions", "int", 1, at_least(1), "Partitions of an auto-created topic"),
     ConfigKey("default.replication.factor", "int", 1, at_least(1), "Replication factor of auto-created topics"),
-    ConfigKey("auto.create.topics.enable", "bool", True, None, "Create a topic on first Metadata/Produce"),
+    ConfigKey("auto.create.topics.enable", "bool", True, None, "Metadata for an unknown topic creates it"),
     ConfigKey("delete.topic.enable", "bool", True, None, "Allow DeleteTopics"),
     ConfigKey("socket.request.max.bytes", "int", 104_857_600, at_least(1), "Largest request frame accepted"),
     ConfigKey("connections.max.idle.ms", "long", 600_000, at_least(0), "Close idle connections after this"),
