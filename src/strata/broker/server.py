@@ -110,6 +110,8 @@ class Broker:
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.delete(name)
         self.replicas.close_topic(info)
+        if self.groups is not None:
+            self.groups.on_topic_deleted(name)
         log.info("deleted topic %s", name)
         return info
 

@@ -263,3 +263,14 @@ def test_stable_groups_keep_offsets_of_topics_they_consume() -> None:
     h.m.heartbeat("g", mid, None, gen)
     assert h.m.expire_offsets() == 1
     assert set(h.m.offsets["g"]) == {("t", 0)} and "g" in h.m.groups
+
+
+def test_deleting_a_topic_tombstones_its_offsets_in_every_group() -> None:
+    """Kafka's onPartitionsDeleted: a recreated topic must not inherit the old topic's offsets."""
+    h = Harness()
+    commit(h, group="a", parts=[("gone", 0, 5, -1, None), ("kept", 0, 7, -1, None)])
+    commit(h, group="b", parts=[("gone", 1, 9, -1, None)])
+    assert h.m.on_topic_deleted("gone") == 2
+    assert set(h.m.offsets["a"]) == {("kept", 0)} and h.m.offsets["b"] == {}
+    fresh = reload(h)
+    assert set(fresh.offsets.get("a", {})) == {("kept", 0)} and not fresh.offsets.get("b")

@@ -112,6 +112,12 @@ class GroupCoordinator:
 
     # -- storage ------------------------------------------------------------------------------
 
+    def on_topic_deleted(self, topic: str) -> None:
+        if self.manager is not None:
+            removed = self.manager.on_topic_deleted(topic)
+            if removed:
+                log.info("removed %d committed offsets of deleted topic %s", removed, topic)
+
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.partitions)
 

@@ -868,6 +868,27 @@ class GroupMetadataManager:
                 stored.pop(key, None)
         return ErrorCode.NONE, out
 
+    def on_topic_deleted(self, topic: str) -> int:
+        """Kafka's ``onPartitionsDeleted``: tombstone every group's offsets of a deleted topic.
+
+        Without it a topic recreated under the same name would hand consumers offsets of the old data.
+        Returns how many offsets were removed.
+        """
+        removed = 0
+        for gid, stored in list(self.offsets.items()):
+            doomed = [key for key in stored if key[0] == topic]
+            if not doomed:
+                continue
+            try:
+                self._write(gid, [(encode_offset_commit_key(gid, t, p), None) for t, p in doomed])
+            except KafkaError as e:
+                log.warning("failed to remove offsets of deleted topic %s for group %s: %s", topic, gid, e)
+                continue
+            for key in doomed:
+                stored.pop(key, None)
+            removed += len(doomed)
+        return removed
+
     def expire_offsets(self) -> int:
         """Drop offsets past ``offsets.retention``, and empty groups left without any; returns how many."""
         now = self._now()
