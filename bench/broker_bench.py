@@ -36,22 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import platform
 import pstats
 import re
 import resource
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-MiB = 1024 * 1024
+from report import MiB, Result, summarize
+from report import environment as _environment
+
 CHUNK = 1 * MiB
 READY = re.compile(r"strata broker ready on ([\d.]+):(\d+)")
 START_TIMEOUT_S = 30.0
@@ -78,26 +78,6 @@ class BenchConfig:
     @property
     def payload_bytes(self) -> int:
         return self.records * self.record_bytes
-
-
-@dataclass
-class Result:
-    name: str
-    kind: str  # "baseline" or "subject"
-    samples_s: list[float] = field(default_factory=list)
-    nbytes: int = 0
-    baseline: str | None = None
-    note: str = ""
-    server_cpu_s: list[float] = field(default_factory=list)  # CPU the server process spent per run
-    client_cpu_s: list[float] = field(default_factory=list)  # CPU this (client) process spent per run
-
-    @property
-    def rates(self) -> list[float]:
-        return [self.nbytes / s / 1e6 for s in self.samples_s]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -420,47 +400,11 @@ def profile(work: Path, cfg: BenchConfig, out: Path, top: int = 25, log: Callabl
 # -- report ----------------------------------------------------------------------------------
 
 
-def summarize(results: list[Result], target: float) -> list[dict]:
-    by_name = {r.name: r for r in results}
-    rows = []
-    for r in results:
-        row = {"name": r.name, "kind": r.kind, "note": r.note, "bytes_per_run": r.nbytes, "samples_s": r.samples_s,
-               "mb_per_s": r.rates, "median_mb_per_s": r.median, "min_mb_per_s": min(r.rates),
-               "max_mb_per_s": max(r.rates),
-               "server_cpu_s": r.server_cpu_s, "client_cpu_s": r.client_cpu_s,
-               "median_server_cpu_s": statistics.median(r.server_cpu_s),
-               "median_client_cpu_s": statistics.median(r.client_cpu_s)}
-        if r.baseline is not None:
-            b = by_name[r.baseline]
-            ratio = r.median / b.median
-            row.update(baseline=b.name, ratio=ratio, target=target, passed=ratio >= target,
-                       paired_ratios=[b.samples_s[i] / s for i, s in enumerate(r.samples_s)])
-        rows.append(row)
-    return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    header = (f"{'name':<36} {'MB/s median (min-max)':>24} {'ratio (pairs)':>20} {'target':>7} {'result':>6} "
-              f"{'CPU s server/client':>20}")
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        rate = f"{row['median_mb_per_s']:.0f} ({row['min_mb_per_s']:.0f}-{row['max_mb_per_s']:.0f})"
-        if "ratio" in row:
-            pairs = row["paired_ratios"]
-            ratio = f"{row['ratio']:.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
-            target, verdict = f">={row['target']:.1f}", "PASS" if row["passed"] else "FAIL"
-        else:
-            ratio, target, verdict = "baseline", "", ""
-        cpu = f"{row['median_server_cpu_s']:.2f} / {row['median_client_cpu_s']:.2f}"
-        lines.append(f"{row['name']:<36} {rate:>24} {ratio:>20} {target:>7} {verdict:>6} {cpu:>20}")
-    return "\n".join(lines)
-
 
 def environment() -> dict:
     import confluent_kafka
 
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0]}
+    return _environment(confluent_kafka=confluent_kafka.version()[0], librdkafka=confluent_kafka.libversion()[0])
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--serve":

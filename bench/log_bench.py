@@ -29,24 +29,22 @@ Measurement rules (the disk here is a VM's, and page-cache state dominates the n
 from __future__ import annotations
 
 import os
-import platform
 import random
 import shutil
 import socket
-import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from report import MiB, Result, environment, summarize
 from strata.common import ManualScheduler, SystemClock, TopicPartition
 from strata.config import LogConfig
 from strata.log.loader import load_partition_log
 from strata.log.partition_log import PartitionLog
 from strata.protocol.records import BatchBuilder, CompressionType, compute_crc
 
-MiB = 1024 * 1024
 READ_CHUNK = 1 * MiB
 ZERO_BASE_OFFSET = bytes(8)
 TP = TopicPartition("bench", 0)
@@ -66,25 +64,6 @@ class BenchConfig:
     @classmethod
     def quick(cls) -> BenchConfig:
         return cls(total_bytes=64 * MiB, segment_bytes=32 * MiB, reps=3)
-
-
-@dataclass
-class Result:
-    name: str
-    kind: str  # "baseline" or "subject"
-    samples_s: list[float] = field(default_factory=list)
-    nbytes: int = 0
-    baseline: str | None = None
-    note: str = ""
-    informational: bool = False  # a ratio shown for insight, not an acceptance target
-
-    @property
-    def rates(self) -> list[float]:
-        return [self.nbytes / s / 1e6 for s in self.samples_s]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -425,51 +404,6 @@ def bench_read(work: Path, cfg: BenchConfig, pool: list[bytes], log: Callable[[s
 
 
 # -- report ------------------------------------------------------------------------------------
-
-
-def summarize(results: list[Result], target: float) -> list[dict]:
-    by_name = {r.name: r for r in results}
-    rows = []
-    for r in results:
-        row = {
-            "name": r.name, "kind": r.kind, "note": r.note, "bytes_per_run": r.nbytes,
-            "samples_s": r.samples_s, "mb_per_s": r.rates, "median_mb_per_s": r.median,
-            "min_mb_per_s": min(r.rates), "max_mb_per_s": max(r.rates),
-        }
-        if r.baseline is not None:
-            b = by_name[r.baseline]
-            paired = [b.samples_s[i] / s for i, s in enumerate(r.samples_s)]
-            ratio = r.median / b.median
-            row.update(baseline=b.name, ratio=ratio, paired_ratios=paired)
-            if not r.informational:
-                row.update(target=target, passed=ratio >= target)
-        rows.append(row)
-    return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    header = f"{'name':<36} {'MB/s median (min-max)':>24} {'ratio (pairs)':>20} {'target':>7} {'result':>6}"
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        rate = f"{row['median_mb_per_s']:.0f} ({row['min_mb_per_s']:.0f}-{row['max_mb_per_s']:.0f})"
-        if "ratio" in row:
-            pairs = row["paired_ratios"]
-            ratio = f"{row['ratio']:.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
-            if "target" in row:
-                target = f">={row['target']:.1f}"
-                verdict = "PASS" if row["passed"] else "FAIL"
-            else:
-                target, verdict = "info", ""
-        else:
-            ratio, target, verdict = "baseline", "", ""
-        lines.append(f"{row['name']:<36} {rate:>24} {ratio:>20} {target:>7} {verdict:>6}")
-    return "\n".join(lines)
-
-
-def environment() -> dict:
-    return {
-        "python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-    }
 
 
 def run(work: Path, cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import broker_bench
 import log_bench
+import report as bench_report
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -88,7 +89,7 @@ def run_log_bench(args: argparse.Namespace) -> None:
     report["wall_s"] = time.perf_counter() - started
 
     print()
-    print(log_bench.format_table(report["results"]))
+    print(bench_report.format_table(report["results"]))
     print()
     print(log_bench.format_costs(report["append_costs"]))
     print()
@@ -117,7 +118,7 @@ def run_broker_bench(args: argparse.Namespace) -> None:
     report["mode"] = "quick" if args.quick else "default"
     report["wall_s"] = time.perf_counter() - started
     print()
-    print(broker_bench.format_table(report["results"]))
+    print(bench_report.format_table(report["results"]))
     print()
     print(BROKER_NOTES)
     print(f"wall time {report['wall_s']:.1f} s")
