@@ -39,6 +39,16 @@ class ReplicaManager:
     def leader_epoch(self, tp: TopicPartition) -> int:
         return INITIAL_LEADER_EPOCH
 
+    def check_leader_epoch(self, tp: TopicPartition, requested: int) -> int:
+        """Kafka's fencing of a client's ``current_leader_epoch`` (-1: not checked); returns ours."""
+        current = self.leader_epoch(tp)
+        if requested > current:
+            raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                           f"{tp}: requested leader epoch {requested} is newer than {current}")
+        if 0 <= requested < current:
+            raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, f"{tp}: leader epoch {requested} is fenced by {current}")
+        return current
+
     def leader_epoch_of(self, topic: str, partition: int) -> int:
         return self.leader_epoch(TopicPartition(topic, partition))
 

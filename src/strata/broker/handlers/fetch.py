@@ -13,7 +13,7 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
-from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import FetchIsolation
 from strata.protocol.frame import Splice
 
@@ -40,12 +40,7 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
                            "preferred_read_replica": -1, "records": b""}
     try:
         plog = replicas.get_log(tp)
-        leader_epoch = replicas.leader_epoch(tp)
-        requested_epoch = getattr(p, "current_leader_epoch", -1)
-        if requested_epoch > leader_epoch:
-            raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-        if 0 <= requested_epoch < leader_epoch:
-            raise ApiError(ErrorCode.FENCED_LEADER_EPOCH)
+        replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
         max_bytes = min(p.partition_max_bytes, budget)
         data = plog.read(p.fetch_offset, max_bytes, isolation, min_one_message=state.bytes == 0)
         out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,

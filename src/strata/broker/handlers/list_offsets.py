@@ -21,12 +21,7 @@ READ_COMMITTED = 1
 def _lookup(ctx: RequestContext, tp: TopicPartition, p: Any, committed: bool) -> dict[str, Any]:
     replicas = ctx.broker.replicas
     plog = replicas.get_log(tp)
-    leader_epoch = replicas.leader_epoch(tp)
-    requested = getattr(p, "current_leader_epoch", -1)
-    if requested > leader_epoch:
-        raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-    if 0 <= requested < leader_epoch:
-        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH)
+    leader_epoch = replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
     ts = p.timestamp
     if ts == ListOffsetsSpec.LATEST:
         offset = plog.last_stable_offset if committed else plog.high_watermark

@@ -6,7 +6,7 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
-from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.errors import KafkaError
 
 OFFSET_FOR_LEADER_EPOCH = 23
 
@@ -22,11 +22,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
             try:
                 tp = TopicPartition(t.topic, p.partition)
                 plog = replicas.get_log(tp)
-                current = replicas.leader_epoch(tp)
-                if p.current_leader_epoch > current:
-                    raise ApiError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-                if 0 <= p.current_leader_epoch < current:
-                    raise ApiError(ErrorCode.FENCED_LEADER_EPOCH)
+                replicas.check_leader_epoch(tp, p.current_leader_epoch)
                 epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
                 entry.update(leader_epoch=epoch, end_offset=end)
             except KafkaError as e:
