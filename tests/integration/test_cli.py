@@ -1,4 +1,4 @@
-"""``strata dump-log`` and ``strata demo`` end to end, as subprocesses (``python -m strata``).
+"""``strata dump-log``, ``strata demo`` and ``strata serve`` config errors, as subprocesses.
 
 The logs are written through the real log layer (``load_partition_log`` + ``append_as_leader``), then
 damaged on disk the ways a crash or a bad disk damages them.
@@ -427,3 +427,21 @@ def test_demo_refuses_to_wipe_a_foreign_directory(tmp_path):
     result = strata("demo", "--dir", tmp_path)
     assert result.returncode == 1
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--set", "log.segmnt.bytes=1"], "log.segmnt.bytes"),
+    (["--set", "num.partitions=many"], "num.partitions"),
+    (["--set", "listeners=SSL://127.0.0.1:0"], "listeners"),
+    (["--set", "noequals"], "KEY=VALUE"),
+])
+def test_serve_refuses_bad_config_naming_the_key(tmp_path, args, named):
+    result = strata("serve", "--set", f"log.dirs={tmp_path}", *args)
+    assert result.returncode == 2
+    assert named in result.stderr
+    assert "ready" not in result.stderr
+
+
+def test_serve_reports_a_missing_config_file(tmp_path):
+    result = strata("serve", "--config", tmp_path / "nope.properties")
+    assert result.returncode == 2 and "nope.properties" in result.stderr
