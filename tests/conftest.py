@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from strata.log.loader import load_partition_log
 from strata.log.partition_log import PartitionLog
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("STRATA_SHARED_DIR", REPO_ROOT.parent / "shared"))
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Record batches captured from real Kafka clients (confluent-kafka, kafka-python, aiokafka).
 
-The files live in ``shared/testdata/client-batches`` beside the repository; see its README.
+The files are a copy of ``shared/testdata/client-batches`` kept in the repository (so a bare clone
+tests them); see ``client-batches/README.md``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from strata.protocol.records import (
     parse_header,
 )
 
-BATCH_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "client-batches"
+BATCH_DIR = Path(__file__).resolve().parent / "client-batches"  # vendored from shared/testdata (56 KiB)
 EXPECTED_VALUE = b"hello tiered storage " * 200
 NAME = re.compile(r"^(?P<client>[a-z]+)-(?P<codec>[a-z0-9]+)-codec(?P<id>\d)-(?P<n>\d+)\.batch$")
 
@@ -38,7 +39,7 @@ def test_golden_batches_are_present() -> None:
     """Fails (never skips) when the captured batches are missing, so a broken checkout is noticed."""
     assert BATCH_DIR.is_dir(), (
         f"golden client batches not found: expected the folder {BATCH_DIR} "
-        "(shared/testdata/client-batches next to the repository)"
+        "(tests/golden/client-batches in the repository)"
     )
     assert FILES, f"no *.batch files in {BATCH_DIR}"
     names = {p.name for p in FILES}
