@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from strata import __version__
+from strata.tools.tiers import add_tiers_parser
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 DEFAULT_DEMO_DIR = Path("data") / "demo"
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override one config key (repeatable)")
     serve.set_defaults(func=_cmd_serve, command_parser=serve)
 
+    add_tiers_parser(commands, parents=[verbose])
     version = commands.add_parser("version", parents=[verbose], help="print the version")
     version.set_defaults(func=_cmd_version, command_parser=version)
     return parser

@@ -371,7 +371,7 @@ def alter_resource(broker: Broker, resource_type: int, resource_name: str, chang
             overrides = incremental_topic_overrides(info.configs, changes)
         else:
             overrides = replace_topic_overrides(changes)
-        broker.topics.check_configs(overrides)
+        broker.topics.check_configs(overrides, resource_name)
         if not validate_only:
             broker.set_topic_configs(resource_name, overrides)
     elif resource_type == ResourceType.BROKER:

@@ -17,21 +17,27 @@ import logging
 import signal
 import socket
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from strata.broker.admin_http import AdminHttpServer
 from strata.broker.connection import ClientConnection
 from strata.broker.dispatch import handlers
 from strata.broker.group.coordinator import GroupCoordinator
 from strata.broker.partitions import ReplicaManager
 from strata.broker.producer_ids import ProducerIdManager
+from strata.broker.remote_metadata_topic import BrokerMetadataTopic
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.common import SystemClock, ThreadScheduler, TopicPartition
+from strata.common.metrics import Registry
 from strata.config import LogConfig
 from strata.config.broker_config import BrokerConfig
 from strata.errors import ApiError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.manager import LogManager
+from strata.tiered.api import TopicIdPartition
+from strata.tiered.manager import RemoteLogManager, TieredStats, copy_lag
 
 log = logging.getLogger("strata.broker")
 lifecycle = logging.getLogger("strata.lifecycle")  # startup/shutdown lines, shown at the default level
@@ -81,12 +87,18 @@ class Broker:
         self.clock = SystemClock()
         self.scheduler = ThreadScheduler()
         self.cluster_id = ensure_meta_properties(config.log_dirs, config.node_id, config.cluster_id)
-        self.topics = TopicRegistry(config.log_dirs[0], config.log_config)
+        self.topics = TopicRegistry(config.log_dirs[0], config.log_config,
+                                    remote_storage_system_enable=config.remote.enabled)
         self.topics.load()
-        self.logs = LogManager(config.log_dirs, self.topics.config, self.clock, self.scheduler)
+        self.logs = LogManager(config.log_dirs, self.topics.config, self.clock, self.scheduler,
+                               remote_log_enabled_for=self.topics.remote_log_enabled)
         self.replicas = ReplicaManager(config.node_id, self.logs, self.topics)
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
         self.groups: Any = None  # the group coordinator, set in start() (see strata.broker.group)
+        self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
+        self.metrics = Registry()
+        self.stats = TieredStats(self.metrics)
+        self.admin_http: AdminHttpServer | None = None
         self.shutting_down = False
         self._server_sock: socket.socket | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -104,11 +116,22 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = self.topics.create(name, partitions, configs)
         self.replicas.open_topic(info)
+        self._lead(info)
         log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
         return info
 
+    def _lead(self, info: TopicInfo) -> None:
+        """Tell the RemoteLogManager this node leads the topic's partitions (it tiers the eligible ones)."""
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.on_leadership_change(
+                {TopicPartition(info.name, p): info.topic_id for p in range(info.partitions)})
+
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.delete(name)
+        if self.remote_log_manager is not None:  # the last leader deletes the remote data (Kafka)
+            self.remote_log_manager.stop_partitions(
+                [TopicPartition(name, p) for p in range(info.partitions)], delete_remote=True,
+                topic_id=info.topic_id)
         self.replicas.close_topic(info)
         if self.groups is not None:
             self.groups.on_topic_deleted(name)
@@ -127,13 +150,16 @@ class Broker:
         old = info.partitions
         info = self.topics.set_partitions(name, count)
         self.replicas.add_partitions(info, old)
+        self._lead(info)
         log.info("topic %s: %d -> %d partitions", name, old, count)
         return info
 
     def set_topic_configs(self, name: str, overrides: dict[str, str]) -> LogConfig:
         """Replace the topic's overrides (persisted), then apply them to its open logs at once."""
+        was_tiered = self.topics.remote_log_enabled(name)
         effective = self.topics.set_configs(name, overrides)
         self.replicas.apply_config(name)
+        self._apply_tiering_change(name, was_tiered)
         log.info("topic %s: config overrides now %s", name, overrides)
         return effective
 
@@ -147,6 +173,56 @@ class Broker:
         self.logs.checkpoint()
         return low
 
+    def _apply_tiering_change(self, name: str, was_tiered: bool) -> None:
+        """KIP-950: ``remote.storage.enable`` turned on starts tiering the topic; turned off (only
+        allowed with ``remote.log.delete.on.disable=true``) deletes its remote data and the log
+        start becomes the local log start."""
+        rlm = self.remote_log_manager
+        info = self.topics.get(name)
+        tiered = self.topics.remote_log_enabled(name)
+        if rlm is None or info is None or tiered == was_tiered:
+            return
+        tps = [TopicPartition(name, p) for p in range(info.partitions)]
+        for tp in tps:
+            plog = self.logs.get_log(tp)
+            if plog is not None:
+                plog.set_remote_log_enabled(tiered)
+        if tiered:
+            self._lead(info)
+        else:
+            rlm.stop_partitions(tps, delete_remote=True, topic_id=info.topic_id)
+            self.logs.checkpoint()
+
+    def tier_states(self) -> list[dict[str, Any]]:
+        """Per partition: offsets and bytes of both tiers (``/v1/tiers``, ``strata tiers``)."""
+        rlm = self.remote_log_manager
+        out = []
+        for info in sorted(self.topics, key=lambda i: i.name):
+            for p in range(info.partitions):
+                tp = TopicPartition(info.name, p)
+                plog = self.logs.get_log(tp)
+                if plog is None:
+                    continue
+                segments = plog.segments
+                remote_segments = remote_bytes = 0
+                st = rlm.tiered(tp) if rlm is not None else None
+                if rlm is not None and (plog.remote_log_enabled or plog.log_start_offset < plog.local_log_start_offset):
+                    remote_segments, remote_bytes = rlm.remote_summary(
+                        TopicIdPartition(info.topic_id, info.name, p))
+                lag_bytes, lag_segments = copy_lag(plog) if plog.remote_log_enabled else (0, 0)
+                out.append({
+                    "topic": info.name, "partition": p, "topic_id": str(info.topic_id),
+                    "remote_storage_enable": plog.remote_log_enabled,
+                    "log_start_offset": plog.log_start_offset, "local_log_start_offset": plog.local_log_start_offset,
+                    "highest_offset_in_remote_storage": plog.highest_offset_in_remote_storage,
+                    "log_end_offset": plog.log_end_offset, "high_watermark": plog.high_watermark,
+                    "local_segments": len(segments), "local_bytes": sum(s.size for s in segments),
+                    "remote_segments": remote_segments, "remote_bytes": remote_bytes,
+                    "copy_lag_segments": lag_segments, "copy_lag_bytes": lag_bytes,
+                    "last_copy_error": st.last_copy_error if st is not None else None,
+                })
+        return out
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -157,6 +233,8 @@ class Broker:
             self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
         self.groups = GroupCoordinator(self)
         await self.groups.start()
+        if self.config.remote.enabled:
+            self._start_tiering()
         listener = self.config.listener
         sock = socket.socket(socket.AF_INET6 if ":" in listener.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -168,10 +246,18 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._accept_loop(sock)))
         self._background.append(loop.create_task(self._periodic(self.config.log_retention_check_interval_ms,
-                                                                 self.logs.cleanup_logs, "retention")))
+                                                                 self.logs.cleanup_logs, "retention",
+                                                                 self.config.log_initial_task_delay_ms)))
         self._background.append(loop.create_task(self._periodic(
             self.config.log_flush_offset_checkpoint_interval_ms or 60_000, self.logs.checkpoint, "checkpoint")))
         self._background.append(loop.create_task(self._periodic(1000, self.logs.flush_dirty_logs, "flush")))
+        if self.config.metrics_port >= 0:
+            self.admin_http = AdminHttpServer(self.config.metrics_host, self.config.metrics_port, self.metrics,
+                                              self.tier_states, broker_id=self.node_id)
+            port = await self.admin_http.start()
+            # DescribeConfigs reports the bound port: `strata tiers` finds the endpoint through it.
+            self.config = replace(self.config, metrics_port=port, raw={**self.config.raw, "metrics.port": str(port)})
+            lifecycle.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         lifecycle.info("strata broker ready on %s:%d", listener.host, self.port)
 
     def _drop_orphan_logs(self) -> None:
@@ -205,13 +291,33 @@ class Broker:
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _periodic(self, interval_ms: int, fn: Any, name: str) -> None:
+    def _start_tiering(self) -> None:
+        """Plugins, then the metadata load (snapshot + the topic's tail), then the partitions' tasks."""
+        first_dir = self.config.log_dirs[0]
+        rlm = RemoteLogManager(self.config.remote, broker_id=self.node_id, log_dir=first_dir,
+                               cluster_id=self.cluster_id, clock=self.clock, log_for=self.logs.get_log,
+                               on_log_start_changed=self.logs.checkpoint, stats=self.stats)
+        set_topic = getattr(rlm.rlmm, "set_metadata_topic", None)
+        if set_topic is not None:
+            set_topic(BrokerMetadataTopic(self, asyncio.get_running_loop()))
+        initialize = getattr(rlm.rlmm, "initialize", None)
+        if initialize is not None:
+            # The metadata loads in the background: local traffic is served at once, remote reads
+            # answer REPLICA_NOT_AVAILABLE (retriable) and copy tasks wait until it is loaded.
+            initialize(background=True)
+        rlm.start()
+        self.remote_log_manager = rlm
+        for info in self.topics:
+            self._lead(info)
+
+    async def _periodic(self, interval_ms: int, fn: Any, name: str, initial_delay_ms: int | None = None) -> None:
+        await asyncio.sleep((interval_ms if initial_delay_ms is None else initial_delay_ms) / 1000)
         while True:
-            await asyncio.sleep(interval_ms / 1000)
             try:
                 fn()
             except Exception:
                 log.exception("periodic %s failed", name)
+            await asyncio.sleep(interval_ms / 1000)
 
     async def stop(self) -> None:
         if self.shutting_down:
@@ -228,6 +334,10 @@ class Broker:
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
         if self.groups is not None:
             await self.groups.stop()
+        if self.admin_http is not None:
+            await self.admin_http.stop()
+        if self.remote_log_manager is not None:
+            await self.remote_log_manager.close()
         self.logs.shutdown()
         self.scheduler.shutdown(run_pending=False)
         lifecycle.info("strata broker stopped")

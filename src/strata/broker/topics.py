@@ -57,9 +57,10 @@ class TopicInfo:
 
 
 class TopicRegistry:
-    def __init__(self, directory: Path, defaults: LogConfig) -> None:
+    def __init__(self, directory: Path, defaults: LogConfig, *, remote_storage_system_enable: bool = False) -> None:
         self.path = directory / REGISTRY_FILE
         self.defaults = defaults
+        self.remote_storage_system_enable = remote_storage_system_enable
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._configs: dict[str, LogConfig] = {}
@@ -110,13 +111,28 @@ class TopicRegistry:
 
     # -- changes ------------------------------------------------------------------------------
 
-    def check_configs(self, configs: Mapping[str, str | None]) -> LogConfig:
-        """Validate overrides (unknown keys, bad values, cross-key rules) without applying them."""
+    def check_configs(self, configs: Mapping[str, str | None], topic: str | None = None) -> LogConfig:
+        """Validate overrides (unknown keys, bad values, cross-key rules) without applying them.
+
+        ``topic``: the existing topic being altered, for the rules about changes (KIP-950).
+        """
         clean = {k: v for k, v in configs.items() if v is not None}
         try:
-            return self.defaults.with_overrides(clean)
+            config = self.defaults.with_overrides(clean)
         except InvalidConfigError as e:
             raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        old = self.config(topic) if topic is not None and topic in self._topics else None
+        problem = remote_config_problem(config, old, self.remote_storage_system_enable)
+        if problem:
+            raise ApiError(ErrorCode.INVALID_CONFIG, problem)
+        return config
+
+    def remote_log_enabled(self, name: str) -> bool:
+        """Kafka's ``UnifiedLog.isRemoteLogEnabled``: never for internal or compacted topics."""
+        if not self.remote_storage_system_enable or name in INTERNAL_TOPICS:
+            return False
+        config = self.config(name)
+        return config.remote_storage_enable and "compact" not in config.cleanup_policy
 
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
                topic_id: uuid.UUID | None = None) -> TopicInfo:
@@ -148,7 +164,7 @@ class TopicRegistry:
 
     def set_configs(self, name: str, configs: dict[str, str]) -> LogConfig:
         """Replace the topic's overrides (validated first); returns the new effective config."""
-        effective = self.check_configs(configs)
+        effective = self.check_configs(configs, name)
         info = self._topics[name]
         info.configs = dict(configs)
         self._configs[name] = effective
@@ -164,3 +180,24 @@ class TopicRegistry:
             return None
         unified = name.replace(".", "_")
         return next((t for t in self._topics if t != name and t.replace(".", "_") == unified), None)
+
+
+def remote_config_problem(new: LogConfig, old: LogConfig | None, system_enabled: bool) -> str | None:
+    """Kafka's tiering rules (``LogConfig.validate*`` and KIP-950), worded as Kafka words them."""
+    if new.remote_storage_enable and not system_enabled and (old is None or not old.remote_storage_enable):
+        return ("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with "
+                "remote log storage.")
+    if new.remote_log_copy_disable:
+        for local, total, name in ((new.local_retention_ms, new.retention_ms, "ms"),
+                                   (new.local_retention_bytes, new.retention_bytes, "bytes")):
+            if local not in (-2, total):
+                return (f"When `remote.log.copy.disable` is set to true, the `local.retention.{name}` and "
+                        f"`retention.{name}` must be set to the identical value because there will be no more "
+                        f"logs copied to the remote storage.")
+    if old is not None and old.remote_storage_enable and not new.remote_storage_enable \
+            and not new.remote_log_delete_on_disable:
+        return ("It is invalid to disable remote storage without deleting remote data. If you want to keep the "
+                "remote data and turn to read only, please set `remote.storage.enable=true,"
+                "remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote "
+                "data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+    return None

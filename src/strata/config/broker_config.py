@@ -18,6 +18,7 @@ from typing import Any
 
 from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
 from strata.config.log_config import LogConfig
+from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
 from strata.errors import InvalidConfigError
 
 HOUR_MS = 60 * 60 * 1000
@@ -75,6 +76,10 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("compression.type", "string", "producer",
               one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), ""),
     ConfigKey("min.insync.replicas", "int", 1, at_least(1), ""),
+    ConfigKey("metrics.port", "int", -1, at_least(-1),
+              "Port of the HTTP endpoint serving /metrics (Prometheus) and /v1/tiers; -1 disables, 0 picks one"),
+    ConfigKey("metrics.host", "string", "127.0.0.1", None, "Address the metrics endpoint binds"),
+    *REMOTE_LOG_KEYS,
 ])
 
 # Kafka keys that configure machinery a single asyncio process does not have.
@@ -129,13 +134,19 @@ class BrokerConfig:
     offsets_topic_segment_bytes: int
     offsets_retention_ms: int
     producer_id_expiration_ms: int
+    log_initial_task_delay_ms: int
+    metrics_port: int
+    metrics_host: str
+    remote: RemoteLogManagerConfig
     log_config: LogConfig
     raw: Mapping[str, str]
 
     @classmethod
     def from_props(cls, props: Mapping[str, object]) -> BrokerConfig:
         """Parse and validate; an unknown key or bad value raises InvalidConfigError naming the key."""
-        known = {k: v for k, v in props.items() if k not in IGNORED_KEYS}
+        prefixes = (str(props.get("remote.log.storage.manager.impl.prefix", "rsm.config.")),
+                    str(props.get("remote.log.metadata.manager.impl.prefix", "rlmm.config.")))
+        known = {k: v for k, v in props.items() if k not in IGNORED_KEYS and not k.startswith(prefixes)}
         p = BROKER_CONFIG_DEF.parse(known)
         listeners = [Listener.parse(t, "listeners") for t in p["listeners"]]
         if len(listeners) != 1:
@@ -172,6 +183,10 @@ class BrokerConfig:
             offsets_topic_segment_bytes=p["offsets.topic.segment.bytes"],
             offsets_retention_ms=p["offsets.retention.minutes"] * 60_000,
             producer_id_expiration_ms=p["producer.id.expiration.ms"],
+            log_initial_task_delay_ms=p["log.initial.task.delay.ms"],
+            metrics_port=p["metrics.port"],
+            metrics_host=p["metrics.host"],
+            remote=RemoteLogManagerConfig.from_parsed(p, props),
             log_config=_default_log_config(p),
             raw={k: str(v) for k, v in props.items()},
         )

@@ -262,13 +262,42 @@ class PartitionLog:
         """Apply ``retention.ms``, ``retention.bytes`` (local variants when tiered) and the log start."""
         if "delete" not in self.config.cleanup_policy:
             return self._delete_segments(retention.log_start_breached(self._retention_view()), "log start")
+        now = self._clock.milliseconds()
         view = self._retention_view()
-        deleted = self._delete_segments(retention.time_breached(view, self._clock.milliseconds()),
-                                         "retention time breach")
+        deleted = self._delete_segments(retention.time_breached(view, now), "retention time breach")
         deleted += self._delete_segments(retention.size_breached(self._retention_view()), "retention size breach")
         deleted += self._delete_segments(retention.log_start_breached(self._retention_view()),
                                          "log start offset breach")
+        if self.remote_log_enabled:
+            deleted += self._delete_beyond_total_retention(now)
+            if retention.should_roll_active_for_offload(self._retention_view(), now):
+                log.info("rolling the active segment of %s: it breaches local retention, so it is offloaded",
+                         self.topic_partition)
+                self.roll()
         return deleted
+
+    def _delete_beyond_total_retention(self, now_ms: int) -> int:
+        """Tiered logs: drop local segments that ``retention.ms``/``retention.bytes`` expire in *both* tiers.
+
+        Kafka keeps every segment that is not yet uploaded, so an object store outage fills the local
+        disk without bound (KAFKA-19952). Data past the total retention would be expired from the
+        remote tier right after its upload anyway: deleting it here, uploaded or not, and moving the
+        log start past it, bounds the disk by the same rule users already set.
+        """
+        total = retention.RetentionView(
+            segments=list(self.local_log.segments), log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark, log_start_offset=self.log_start_offset,
+            local_log_start_offset=self.local_log_start_offset, config=self.config)
+        deletable = retention.time_breached(total, now_ms) or retention.size_breached(total)
+        if not deletable:
+            return 0
+        not_uploaded = [s for s in deletable if s.base_offset > self.highest_offset_in_remote_storage]
+        if not_uploaded:
+            log.warning("%s: deleting %d local segments never uploaded to remote storage: they are past "
+                        "retention.ms/retention.bytes (is the remote store unavailable?)", self.topic_partition,
+                        len(not_uploaded))
+        count = self._delete_segments(deletable, "total retention breach", move_log_start=True)
+        return count
 
     def _retention_view(self) -> retention.RetentionView:
         return retention.RetentionView(
@@ -279,7 +308,7 @@ class PartitionLog:
             highest_offset_in_remote_storage=self.highest_offset_in_remote_storage,
         )
 
-    def _delete_segments(self, deletable: list[LogSegment], reason: str) -> int:
+    def _delete_segments(self, deletable: list[LogSegment], reason: str, move_log_start: bool = False) -> int:
         if not deletable:
             return 0
         if len(deletable) == len(self.local_log.segments):
@@ -295,7 +324,7 @@ class PartitionLog:
         first = self.local_log.segments.active.base_offset if self.local_log.segments.first is None else \
             self.local_log.segments.first.base_offset
         self.local_log_start_offset = max(self.local_log_start_offset, first)
-        if not self.remote_log_enabled:
+        if move_log_start or not self.remote_log_enabled:
             self._increment_log_start_offset(first)
         return len(deletable)
 
@@ -309,6 +338,25 @@ class PartitionLog:
         self._increment_log_start_offset(offset)
         self._delete_segments(retention.log_start_breached(self._retention_view()), "log start offset breach")
         return self.log_start_offset
+
+    # -- tiering hooks (called by the RemoteLogManager, on the event loop) -----------------------
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Only forward: a lower value would re-gate segments already known to be uploaded."""
+        if offset > self.highest_offset_in_remote_storage:
+            self.highest_offset_in_remote_storage = offset
+
+    def update_log_start_offset_from_remote_tier(self, offset: int) -> None:
+        """Remote retention expired data below ``offset`` (Kafka ``updateLogStartOffsetFromRemoteTier``)."""
+        if self.remote_log_enabled:
+            self._increment_log_start_offset(min(offset, self.high_watermark))
+
+    def set_remote_log_enabled(self, enabled: bool) -> None:
+        """KIP-950: tiering turned on, or off with its remote data deleted (the log start becomes local)."""
+        self.remote_log_enabled = enabled
+        if not enabled:
+            self._increment_log_start_offset(self.local_log_start_offset)
+            self.highest_offset_in_remote_storage = -1
 
     def _increment_log_start_offset(self, offset: int) -> None:
         if offset <= self.log_start_offset:

@@ -88,3 +88,26 @@ def log_start_breached(view: RetentionView) -> list[LogSegment]:
     """Segments entirely below the log start (local log start when tiered)."""
     start = view.local_log_start_offset if view.remote_log_enabled else view.log_start_offset
     return deletable_segments(view, lambda _s, n: n is not None and n.base_offset <= start)
+
+
+def should_roll_active_for_offload(view: RetentionView, now_ms: int) -> bool:
+    """Kafka's RollAndOffloadActiveSegment: a tiered log whose *active* segment breaches local
+    retention rolls it, so the next copy run uploads it and the next retention run deletes it.
+
+    Only when retention would have reached the active segment: every older segment is deletable
+    (already uploaded), everything in it is committed, and it is not empty.
+    """
+    if not view.copy_enabled or not view.segments:
+        return False
+    active = view.segments[-1]
+    older = view.segments[:-1]
+    if active.size == 0 or view.high_watermark < view.log_end_offset:
+        return False
+    if older and active.base_offset - 1 > view.highest_offset_in_remote_storage:
+        return False
+    if view.retention_ms >= 0 and now_ms - active.largest_timestamp > view.retention_ms:
+        return True
+    if view.retention_bytes >= 0:
+        remaining = sum(s.size for s in view.segments) - view.retention_bytes - sum(s.size for s in older)
+        return remaining - active.size >= 0
+    return False

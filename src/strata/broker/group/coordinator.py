@@ -30,9 +30,9 @@ from strata.broker.group.timer import LoopTimer
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
 from strata.errors import CorruptRecordError, KafkaError, KafkaStorageError
-from strata.log.partition_log import FetchIsolation
 from strata.log.producer_state import AppendOrigin
-from strata.protocol.records import BatchBuilder, decode_batch, iter_batches
+from strata.log.reading import iter_log_records
+from strata.protocol.records import BatchBuilder
 
 if TYPE_CHECKING:
     from strata.broker.server import Broker
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("strata.broker.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_READ_BYTES = 8 * 1024 * 1024
 
 
 def _config_value(raw: Mapping[str, str], name: str) -> int:
@@ -145,29 +144,8 @@ class GroupCoordinator:
             tp = TopicPartition(OFFSETS_TOPIC, p)
             plog = self.broker.replicas.get_log(tp)
             plog.update_high_watermark(plog.log_end_offset)
-            offset, end = plog.log_start_offset, plog.high_watermark
-            while offset < end:
-                data = plog.read(offset, LOAD_READ_BYTES, FetchIsolation.HIGH_WATERMARK, min_one_message=True)
-                buf = data.records.read() if data.records is not None else b""
-                if not buf:
-                    break
-                next_offset = offset
-                try:
-                    for position, header in iter_batches(buf):
-                        if header.next_offset <= offset:
-                            continue
-                        next_offset = header.next_offset
-                        if header.is_control:
-                            continue
-                        for record in decode_batch(buf, position).records:
-                            if record.offset >= offset:
-                                self._replay(manager, tp, record.offset, record.key, record.value)
-                except CorruptRecordError as e:  # a torn tail is cut by recovery; anything else stops here
-                    log.error("stopped loading %s at offset %d: %s", tp, next_offset, e)
-                    break
-                if next_offset <= offset:
-                    break
-                offset = next_offset
+            for record in iter_log_records(plog, plog.log_start_offset, plog.high_watermark):
+                self._replay(manager, tp, record.offset, record.key, record.value)
 
     @staticmethod
     def _replay(manager: GroupMetadataManager, tp: TopicPartition, offset: int, key: bytes | None,

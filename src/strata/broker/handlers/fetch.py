@@ -4,18 +4,32 @@ Records are never decoded: each partition's data is a :class:`FileSlice`, splice
 encoded response and sent with ``sendfile`` (slices under ``INLINE_BYTES`` are read into the
 response instead, where two syscalls would cost more than the copy). Fetch sessions (KIP-227)
 are answered sessionless (``session_id`` 0): clients then send full fetches, which Kafka allows.
+
+Tiered partitions: an offset in ``[log_start_offset, local_log_start_offset)`` is read from the
+remote tier on the RemoteLogManager's reader pool - every such partition of the request at once
+(Kafka before 4.2 served only the first) - and the response waits for those reads at most
+``remote.fetch.max.wait.ms``. A read still running then is dropped and its partition answered
+empty with no error, as Kafka does (the consumer fetches again); a failed read (store down)
+answers KAFKA_STORAGE_ERROR, which clients retry.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode, KafkaError
-from strata.log.partition_log import FetchIsolation
+from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.protocol.frame import Splice
+from strata.tiered.api import RemoteStorageNotReadyError, TopicIdPartition
+from strata.tiered.manager import RemoteReadQueueFullError
+from strata.tiered.reader import RemoteFetchResult
+
+log = logging.getLogger(__name__)
 
 FETCH = 1
 INLINE_BYTES = 32 * 1024
@@ -29,6 +43,8 @@ class _FetchState:
         self.bytes = 0
         self.errors = False
         self.splices: list[Splice] = []
+        self.remote: list[tuple[dict[str, Any], PartitionLog, asyncio.Future[RemoteFetchResult]]] = []
+        self.remote_reserved = 0  # budget promised to remote reads still running
 
 
 def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsolation, budget: int,
@@ -42,9 +58,19 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
         plog = replicas.get_log(tp)
         replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
         max_bytes = min(p.partition_max_bytes, budget)
-        data = plog.read(p.fetch_offset, max_bytes, isolation, min_one_message=state.bytes == 0)
+        min_one = state.bytes == 0 and not state.remote
         out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                    log_start_offset=plog.log_start_offset)
+        rlm = ctx.broker.remote_log_manager
+        if rlm is not None and plog.log_start_offset <= p.fetch_offset < plog.local_log_start_offset:
+            info = ctx.broker.topics.get(name)
+            assert info is not None
+            future = rlm.read(TopicIdPartition(info.topic_id, name, p.partition), plog, p.fetch_offset, max_bytes,
+                              min_one, isolation is FetchIsolation.TXN_COMMITTED)
+            state.remote.append((out, plog, future))
+            state.remote_reserved += max_bytes
+            return out
+        data = plog.read(p.fetch_offset, max_bytes, isolation, min_one_message=min_one)
         records = data.records
         if isolation is FetchIsolation.TXN_COMMITTED:
             # No records, nothing to filter: skip reading the segments' transaction indexes.
@@ -60,6 +86,10 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
                 state.splices.append(splice)
                 out["records"] = splice.marker
             state.bytes += records.size
+    except RemoteReadQueueFullError as e:
+        log.warning("fetch of %s from remote storage refused: %s", tp, e)
+        state.errors = True
+        out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
     except KafkaError as e:
         state.errors = True
         out["error_code"] = e.error_code
@@ -90,12 +120,46 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation) -> t
         else:
             parts = []
             for p in t.partitions:
-                budget = max(0, max_bytes - state.bytes)
+                budget = max(0, max_bytes - state.bytes - state.remote_reserved)
                 parts.append(_read_partition(ctx, info.name, p, isolation, budget, state))
                 tps.append(TopicPartition(info.name, p.partition))
         responses.append({"topic": name if name is not None else (info.name if info else ""),
                           "topic_id": info.topic_id if info else topic_id, "partitions": parts})
     return responses, state, tps
+
+
+async def _complete_remote_reads(ctx: RequestContext, state: _FetchState) -> None:
+    """Kafka's DelayedRemoteFetch: wait for every remote read, at most ``remote.fetch.max.wait.ms``."""
+    rlm = ctx.broker.remote_log_manager
+    assert rlm is not None
+    futures = {future for _, _, future in state.remote}
+    _, pending = await asyncio.wait(futures, timeout=rlm.config.fetch_max_wait_ms / 1000)
+    for out, plog, future in state.remote:
+        if future in pending:
+            future.cancel()
+            rlm.stats.remote.DelayedRemoteFetchExpiresPerSec.mark()
+            continue
+        try:
+            result = future.result()
+        except KafkaError as e:
+            out["error_code"] = e.error_code
+            continue
+        except RemoteStorageNotReadyError:
+            out["error_code"] = ErrorCode.REPLICA_NOT_AVAILABLE
+            continue
+        except Exception as e:
+            log.warning("remote read of %s-%d failed: %s: %s", plog.topic_partition.topic,
+                        plog.topic_partition.partition, type(e).__name__, e)
+            out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            continue
+        out["records"] = result.records
+        state.bytes += len(result.records)
+        if result.aborted_txns is not None:
+            aborted = list(result.aborted_txns)
+            if not result.aborted_txns_complete:  # the rest lives in the local segments
+                aborted += plog.collect_aborted_transactions(result.first_batch_offset, result.upper_bound_offset)
+            out["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                           for a in aborted]
 
 
 @handles(FETCH)
@@ -106,10 +170,15 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + max_wait_s
     while True:
         responses, state, tps = _one_pass(ctx, request, isolation)
+        if state.remote:
+            await _complete_remote_reads(ctx, state)
+            break
         remaining = deadline - time.monotonic()
         if state.bytes >= request.min_bytes or state.errors or remaining <= 0 or not tps \
                 or ctx.broker.shutting_down:
             break
         await ctx.broker.replicas.wait_for_data(tps, remaining)
+    if state.bytes:
+        ctx.broker.stats.topics.BytesOutPerSec.mark(None, state.bytes)
     body = ctx.respond(throttle_time=0, error_code=0, session_id=0, responses=responses)
     return Spliced(body, state.splices) if state.splices else body

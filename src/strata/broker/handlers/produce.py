@@ -28,6 +28,7 @@ def _partition_error(index: int, code: int, message: str | None, batch_error: bo
 @handles(PRODUCE)
 async def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    topic_stats = broker.stats.topics
     acks = request.acks
     failed = False
     topics_out = []
@@ -64,6 +65,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                                               batch_error=e.error_code in (ErrorCode.INVALID_RECORD,
                                                                            ErrorCode.INVALID_TIMESTAMP)))
                 continue
+            topic_stats.BytesInPerSec.mark(info.name, len(records))
+            topic_stats.MessagesInPerSec.mark(info.name, result.num_messages)
             parts.append({"index": index, "error_code": 0, "base_offset": result.first_offset,
                           "log_append_time": result.log_append_time, "log_start_offset": result.log_start_offset,
                           "record_errors": [], "error_message": None})

@@ -1,0 +1,123 @@
+"""``RemoteLogManagerConfig``: the broker's KIP-405 keys, with Kafka's names and defaults.
+
+Two deliberate differences from Kafka, both for the embedded single-node case:
+``remote.log.storage.manager.class.name`` defaults to ``local`` (a directory under the first log
+dir, ``rsm.config.dir``) so that ``remote.log.storage.system.enable=true`` alone is a working
+setup, and the ``remote.log.manager.task.retry.*`` keys - defined but unused in Kafka - really
+pace the retries of a failed copy (exponential backoff with jitter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata.config.defs import ConfigKey, at_least, between
+
+MAX_LONG = 2**63 - 1
+
+REMOTE_LOG_KEYS = [
+    ConfigKey("remote.log.storage.system.enable", "bool", False, None, "Master switch of tiered storage"),
+    ConfigKey("remote.log.storage.manager.class.name", "string", "local", None,
+              "RemoteStorageManager: `local`, `s3` or a dotted Python path"),
+    ConfigKey("remote.log.storage.manager.class.path", "string", None, None, "Accepted for compatibility; unused"),
+    ConfigKey("remote.log.storage.manager.impl.prefix", "string", "rsm.config.", None,
+              "Props under this prefix go to the RSM's configure()"),
+    ConfigKey("remote.log.metadata.manager.class.name", "string", "topic", None,
+              "RemoteLogMetadataManager: `topic` (the __remote_log_metadata topic) or a dotted path"),
+    ConfigKey("remote.log.metadata.manager.class.path", "string", None, None, "Accepted for compatibility; unused"),
+    ConfigKey("remote.log.metadata.manager.impl.prefix", "string", "rlmm.config.", None,
+              "Props under this prefix go to the RLMM's configure()"),
+    ConfigKey("remote.log.metadata.manager.listener.name", "string", None, None, "Accepted; the RLMM is in-process"),
+    ConfigKey("remote.log.metadata.custom.metadata.max.bytes", "int", 128, at_least(0),
+              "Largest custom metadata an RSM may return from a copy"),
+    ConfigKey("remote.log.index.file.cache.total.size.bytes", "long", 1024**3, at_least(1),
+              "Bytes of remote offset/time/txn indexes cached on local disk"),
+    ConfigKey("remote.log.manager.thread.pool.size", "int", 2, at_least(1), "Deprecated in Kafka; unused"),
+    ConfigKey("remote.log.manager.copier.thread.pool.size", "int", 10, at_least(1), "Threads copying segments"),
+    ConfigKey("remote.log.manager.expiration.thread.pool.size", "int", 10, at_least(1),
+              "Threads deleting expired remote segments"),
+    ConfigKey("remote.log.manager.follower.thread.pool.size", "int", 2, at_least(1), "Accepted; no followers here"),
+    ConfigKey("remote.log.manager.task.interval.ms", "long", 30_000, at_least(1),
+              "Delay between runs of each partition's copy and expiration tasks"),
+    ConfigKey("remote.log.manager.task.retry.backoff.ms", "long", 500, at_least(1),
+              "First backoff after a failed copy"),
+    ConfigKey("remote.log.manager.task.retry.backoff.max.ms", "long", 30_000, at_least(1),
+              "Largest backoff after repeated copy failures"),
+    ConfigKey("remote.log.manager.task.retry.jitter", "double", 0.2, between(0.0, 0.5), "Backoff jitter"),
+    ConfigKey("remote.log.reader.threads", "int", 10, at_least(1), "Threads serving reads from the remote tier"),
+    ConfigKey("remote.log.reader.max.pending.tasks", "int", 100, at_least(1),
+              "Queued remote reads beyond which a fetch gets an error at once"),
+    ConfigKey("remote.fetch.max.wait.ms", "int", 500, at_least(1),
+              "How long a fetch waits for remote reads before answering without them"),
+    ConfigKey("remote.list.offsets.request.timeout.ms", "long", 30_000, at_least(1),
+              "Timeout of a ListOffsets timestamp search in the remote tier"),
+    ConfigKey("log.initial.task.delay.ms", "long", 30_000, at_least(0),
+              "Delay before the first retention run after startup"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogManagerConfig:
+    enabled: bool
+    rsm_class_name: str
+    rsm_prefix: str
+    rlmm_class_name: str
+    rlmm_prefix: str
+    custom_metadata_max_bytes: int
+    index_cache_total_size_bytes: int
+    copier_thread_pool_size: int
+    expiration_thread_pool_size: int
+    task_interval_ms: int
+    task_retry_backoff_ms: int
+    task_retry_backoff_max_ms: int
+    task_retry_jitter: float
+    reader_threads: int
+    reader_max_pending_tasks: int
+    fetch_max_wait_ms: int
+    list_offsets_timeout_ms: int
+    rsm_props: Mapping[str, str]
+    rlmm_props: Mapping[str, str]
+
+    @classmethod
+    def from_parsed(cls, p: Mapping[str, Any], raw: Mapping[str, object]) -> RemoteLogManagerConfig:
+        rsm_prefix = p["remote.log.storage.manager.impl.prefix"]
+        rlmm_prefix = p["remote.log.metadata.manager.impl.prefix"]
+        return cls(
+            enabled=p["remote.log.storage.system.enable"],
+            rsm_class_name=p["remote.log.storage.manager.class.name"],
+            rsm_prefix=rsm_prefix,
+            rlmm_class_name=p["remote.log.metadata.manager.class.name"],
+            rlmm_prefix=rlmm_prefix,
+            custom_metadata_max_bytes=p["remote.log.metadata.custom.metadata.max.bytes"],
+            index_cache_total_size_bytes=p["remote.log.index.file.cache.total.size.bytes"],
+            copier_thread_pool_size=p["remote.log.manager.copier.thread.pool.size"],
+            expiration_thread_pool_size=p["remote.log.manager.expiration.thread.pool.size"],
+            task_interval_ms=p["remote.log.manager.task.interval.ms"],
+            task_retry_backoff_ms=p["remote.log.manager.task.retry.backoff.ms"],
+            task_retry_backoff_max_ms=p["remote.log.manager.task.retry.backoff.max.ms"],
+            task_retry_jitter=p["remote.log.manager.task.retry.jitter"],
+            reader_threads=p["remote.log.reader.threads"],
+            reader_max_pending_tasks=p["remote.log.reader.max.pending.tasks"],
+            fetch_max_wait_ms=p["remote.fetch.max.wait.ms"],
+            list_offsets_timeout_ms=p["remote.list.offsets.request.timeout.ms"],
+            rsm_props={k[len(rsm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rsm_prefix)},
+            rlmm_props={k[len(rlmm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rlmm_prefix)},
+        )
+
+    def rsm_configs(self, broker_id: int, first_log_dir: Path) -> dict[str, Any]:
+        """What the RSM's ``configure`` receives: its props plus ``broker.id`` (Kafka), and for the
+        embedded ``local`` backend a default ``dir`` under the first log dir."""
+        out: dict[str, Any] = dict(self.rsm_props)
+        out["broker.id"] = broker_id
+        if self.rsm_class_name == "local":
+            out.setdefault("dir", str(first_log_dir / "remote-storage"))
+        return out
+
+    def rlmm_configs(self, broker_id: int, first_log_dir: Path, cluster_id: str) -> dict[str, Any]:
+        """Kafka injects ``broker.id``, ``log.dir`` and ``cluster.id``; user props win."""
+        out: dict[str, Any] = {"broker.id": broker_id, "log.dir": str(first_log_dir), "cluster.id": cluster_id}
+        out.update(self.rlmm_props)
+        return out

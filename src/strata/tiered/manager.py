@@ -1,0 +1,520 @@
+"""``RemoteLogManager``: copies rolled segments to the remote tier, expires remote data, and
+serves reads below the local log start - Kafka's RLM, on Strata's event loop.
+
+Threading: every touch of a ``PartitionLog`` happens on the event loop thread (the log's only
+writer); every plugin call (RSM, RLMM) runs on a thread pool - copier, expiration or reader, sized
+by Kafka's keys - so a slow object store never stalls produce or local fetches. Each partition has
+a copy task and an expiration task (asyncio tasks) that run every
+``remote.log.manager.task.interval.ms``; a failed copy backs off exponentially with jitter
+(``remote.log.manager.task.retry.*``) instead of retrying at the fixed interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from strata.common import Clock, TopicPartition
+from strata.common.metrics import (
+    BrokerTopicMetrics,
+    Registry,
+    RemoteStorageMetrics,
+    broker_topic_metrics,
+    remote_storage_metrics,
+)
+from strata.config.remote_log_config import RemoteLogManagerConfig
+from strata.errors import OffsetOutOfRangeError
+from strata.log.partition_log import PartitionLog
+from strata.log.segment import TimestampAndOffset
+from strata.tiered.api import (
+    RLMM_ALIASES,
+    RSM_ALIASES,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageManager,
+    RetriableRemoteStorageError,
+    TopicIdPartition,
+    load_class,
+)
+from strata.tiered.copier import (
+    CopyCandidate,
+    CustomMetadataSizeLimitExceededError,
+    build_copy_request,
+    candidate_log_segments,
+    describe,
+)
+from strata.tiered.expiration import ExpirationPlan, LogSnapshot, plan_expiration
+from strata.tiered.index_cache import RemoteIndexCache
+from strata.tiered.lineage import (
+    build_filtered_leader_epoch_map,
+    find_highest_remote_offset,
+    is_remote_segment_within_leader_epochs,
+)
+from strata.tiered.reader import RemoteFetchResult, RemoteLogReader
+
+log = logging.getLogger("strata.tiered")
+
+T = TypeVar("T")
+S = RemoteLogSegmentState
+
+
+class RemoteReadQueueFullError(Exception):
+    """``remote.log.reader.max.pending.tasks`` reads are already queued (Kafka's RejectedExecution)."""
+
+
+@dataclass(slots=True)
+class PartitionTierState:
+    """What the RLM knows of one tiered partition (read by ``strata tiers`` and the metrics)."""
+
+    tp: TopicPartition
+    tip: TopicIdPartition
+    copied_offset: int = -1
+    first_run: bool = True
+    failures: int = 0
+    last_copy_error: str | None = None
+    copy_cancelled: str | None = None
+    segments_copied: int = 0
+    being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class TieredStats:
+    """The RLM's view of the broker metrics: Kafka's BrokerTopicMetrics and remote-storage metrics."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        registry = registry or Registry()
+        self.topics: BrokerTopicMetrics = broker_topic_metrics(registry)
+        self.remote: RemoteStorageMetrics = remote_storage_metrics(registry)
+
+    def mark(self, name: str, topic: str, n: int = 1) -> None:
+        getattr(self.topics, name).mark(topic, n)
+
+    def set_partition(self, name: str, topic: str, partition: int, value: float) -> None:
+        getattr(self.topics, name).record(topic, partition, value)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        self.topics.remove_partition(topic, partition)
+
+
+class RemoteLogManager:
+    def __init__(self, config: RemoteLogManagerConfig, *, broker_id: int, log_dir: Path, cluster_id: str,
+                 clock: Clock, log_for: Callable[[TopicPartition], PartitionLog | None],
+                 on_log_start_changed: Callable[[], None] = lambda: None, stats: TieredStats | None = None,
+                 rsm: RemoteStorageManager | None = None, rlmm: RemoteLogMetadataManager | None = None) -> None:
+        self.config = config
+        self.broker_id = broker_id
+        self.log_dir = log_dir
+        self._clock = clock
+        self._log_for = log_for
+        self._on_log_start_changed = on_log_start_changed
+        self.stats = stats or TieredStats()
+        if rsm is None:
+            rsm = load_class(config.rsm_class_name, RSM_ALIASES, RemoteStorageManager)()
+            rsm.configure(config.rsm_configs(broker_id, log_dir))
+        if rlmm is None:
+            rlmm = load_class(config.rlmm_class_name, RLMM_ALIASES, RemoteLogMetadataManager)()
+            rlmm.configure(config.rlmm_configs(broker_id, log_dir, cluster_id))
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.index_cache: RemoteIndexCache | None = None
+        self.reader: RemoteLogReader | None = None
+        self._partitions: dict[TopicPartition, PartitionTierState] = {}
+        self._copier = ThreadPoolExecutor(config.copier_thread_pool_size, "rlm-copier")
+        self._expiration = ThreadPoolExecutor(config.expiration_thread_pool_size, "rlm-expiration")
+        self._reader = ThreadPoolExecutor(config.reader_threads, "remote-log-reader")
+        self._pending_reads = 0
+        self._background: set[asyncio.Task[Any]] = set()
+        self._scratch = log_dir / "remote-log-scratch"
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the remote index cache; the RLMM was initialised by the broker (it owns the topic)."""
+        self._scratch.mkdir(parents=True, exist_ok=True)
+        self.index_cache = RemoteIndexCache(self.rsm, self.log_dir, self.config.index_cache_total_size_bytes)
+        self.reader = RemoteLogReader(self.rsm, self.rlmm, self.index_cache)
+        self.stats.remote.RemoteLogReaderTaskQueueSize.set_function(lambda: self._pending_reads)
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [t for st in self._partitions.values() for t in st.tasks] + list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        for pool in (self._copier, self._expiration, self._reader):
+            await loop.run_in_executor(None, lambda p=pool: p.shutdown(wait=True, cancel_futures=True))
+        if self.index_cache is not None:
+            self.index_cache.close()
+        for plugin in (self.rlmm, self.rsm):
+            try:  # off the loop: the RLMM may wait for a background load that needs the loop
+                await loop.run_in_executor(None, plugin.close)
+            except Exception:
+                log.exception("closing %s failed", type(plugin).__name__)
+
+    async def _run(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    def on_leadership_change(self, partitions: dict[TopicPartition, uuid.UUID]) -> None:
+        """Start copy and expiration tasks for the tiered partitions among ``partitions``."""
+        new = {}
+        for tp, topic_id in partitions.items():
+            plog = self._log_for(tp)
+            if plog is None or not plog.remote_log_enabled or tp in self._partitions:
+                continue
+            new[tp] = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
+        if not new:
+            return
+        self.rlmm.on_partition_leadership_changes({st.tip for st in new.values()}, set())
+        loop = asyncio.get_running_loop()
+        for tp, st in new.items():
+            self._partitions[tp] = st
+            st.tasks.append(loop.create_task(self._copy_loop(st), name=f"rlm-copy-{tp}"))
+            st.tasks.append(loop.create_task(self._expiration_loop(st), name=f"rlm-expire-{tp}"))
+        log.info("tiering %d partitions", len(new))
+
+    def stop_partitions(self, tps: Iterable[TopicPartition], *, delete_remote: bool,
+                        topic_id: uuid.UUID | None = None) -> asyncio.Task[None] | None:
+        """Cancel the partitions' tasks; with ``delete_remote`` delete their remote data in the
+        background (Kafka does this synchronously in the stop-replica path, KAFKA-15313)."""
+        stopped: list[TopicIdPartition] = []
+        for tp in tps:
+            st = self._partitions.pop(tp, None)
+            if st is not None:
+                for task in st.tasks:
+                    task.cancel()
+                stopped.append(st.tip)
+            elif topic_id is not None:
+                stopped.append(TopicIdPartition(topic_id, tp.topic, tp.partition))
+            self.stats.remove_partition(tp.topic, tp.partition)
+        if not stopped:
+            return None
+        if not delete_remote:
+            self.rlmm.on_stop_partitions(set(stopped))
+            return None
+        task = asyncio.get_running_loop().create_task(self._delete_partitions(stopped))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _delete_partitions(self, tips: list[TopicIdPartition]) -> None:
+        for tip in tips:
+            try:
+                count = await self._run(self._expiration, self._delete_remote_partition, tip)
+                log.info("deleted %d remote segments of %s-%d", count, tip.topic, tip.partition)
+            except Exception:
+                log.exception("deleting the remote data of %s-%d failed", tip.topic, tip.partition)
+        self.rlmm.on_stop_partitions(set(tips))
+
+    def _delete_remote_partition(self, tip: TopicIdPartition) -> int:
+        segments = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is not S.DELETE_SEGMENT_FINISHED]
+        for md in segments:
+            self._update_state(md, S.DELETE_SEGMENT_STARTED)
+        for md in segments:
+            self.rsm.delete_log_segment_data(md)
+            self._forget_indexes(md)
+        for md in segments:
+            self._update_state(md, S.DELETE_SEGMENT_FINISHED)
+        return len(segments)
+
+    def tiered(self, tp: TopicPartition) -> PartitionTierState | None:
+        return self._partitions.get(tp)
+
+    # -- copy ----------------------------------------------------------------------------------
+
+    async def _copy_loop(self, st: PartitionTierState) -> None:
+        while True:
+            delay_ms = self.config.task_interval_ms
+            try:
+                if self.rlmm.is_ready(st.tip) and st.copy_cancelled is None:
+                    await self._copy_log_segments_to_remote(st)
+                st.failures = 0
+                st.last_copy_error = None
+            except asyncio.CancelledError:
+                raise
+            except CustomMetadataSizeLimitExceededError as e:
+                st.copy_cancelled = st.last_copy_error = str(e)
+                log.error("%s: copying stopped until the broker restarts: %s", st.tp, e)
+            except Exception as e:
+                st.failures += 1
+                st.last_copy_error = f"{type(e).__name__}: {e}"
+                delay_ms = self._backoff_ms(st.failures)
+                level = logging.DEBUG if isinstance(e, RetriableRemoteStorageError) and st.failures > 1 \
+                    else logging.WARNING
+                log.log(level, "%s: copy to remote storage failed (attempt %d, next in %d ms): %s", st.tp,
+                        st.failures, delay_ms, st.last_copy_error)
+            finally:
+                self._record_lag(st)
+            st.wake.clear()
+            try:
+                await asyncio.wait_for(st.wake.wait(), delay_ms / 1000)
+            except TimeoutError:
+                pass
+
+    def _backoff_ms(self, failures: int) -> int:
+        cfg = self.config
+        base = min(cfg.task_retry_backoff_max_ms, cfg.task_retry_backoff_ms * 2 ** min(failures - 1, 30))
+        jitter = 1 + random.uniform(-cfg.task_retry_jitter, cfg.task_retry_jitter)
+        return max(1, int(base * jitter))
+
+    def wake(self, tp: TopicPartition) -> None:
+        """A segment rolled: copy now instead of at the next interval."""
+        st = self._partitions.get(tp)
+        if st is not None:
+            st.wake.set()
+
+    async def _copy_log_segments_to_remote(self, st: PartitionTierState) -> None:
+        plog = self._log_for(st.tp)
+        if plog is None or not plog.remote_log_enabled or plog.config.remote_log_copy_disable:
+            return
+        # Dangling COPY_SEGMENT_STARTED uploads (a crash or a failed cleanup): nothing of this
+        # partition is being copied between two runs, so every one of them is dangling.
+        await self._run(self._copier, self._clean_dangling, st.tip, frozenset(st.being_copied))
+        if st.first_run:
+            entries = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
+            offset, _epoch = await self._run(self._copier, find_highest_remote_offset, entries,
+                                             plog.log_end_offset,
+                                             lambda e: self.rlmm.highest_offset_for_epoch(st.tip, e))
+            st.copied_offset = offset
+            plog.update_highest_offset_in_remote_storage(offset)
+            st.first_run = False
+        lso = plog.last_stable_offset
+        if lso <= 0 or st.copied_offset >= lso:
+            return
+        from_offset = max(st.copied_offset + 1, plog.log_start_offset)
+        for candidate in candidate_log_segments(plog, from_offset, lso):
+            if self._closed or st.tp not in self._partitions or plog.config.remote_log_copy_disable:
+                return
+            await self._copy_log_segment(st, plog, candidate)
+
+    async def _copy_log_segment(self, st: PartitionTierState, plog: PartitionLog, candidate: CopyCandidate) -> None:
+        segment_id = RemoteLogSegmentId.generate_new(st.tip)
+        md, data = build_copy_request(plog, candidate, segment_id, self.broker_id, self._clock.milliseconds(),
+                                      self._scratch)
+        st.being_copied.add(segment_id)
+        started = time.monotonic()
+        try:
+            self.stats.mark("RemoteCopyRequestsPerSec", st.tp.topic)
+            await self._run(self._copier, self._copy_sync, md, data)
+        except Exception:
+            self.stats.mark("RemoteCopyErrorsPerSec", st.tp.topic)
+            raise
+        finally:
+            st.being_copied.discard(segment_id)
+        self.stats.mark("RemoteCopyBytesPerSec", st.tp.topic, md.segment_size_in_bytes)
+        st.copied_offset = md.end_offset
+        st.segments_copied += 1
+        plog.update_highest_offset_in_remote_storage(md.end_offset)
+        log.info("copied %s to remote storage in %.0f ms", describe(st.tip, md), (time.monotonic() - started) * 1e3)
+
+    def _copy_sync(self, md: RemoteLogSegmentMetadata, data: Any) -> None:
+        """COPY_SEGMENT_STARTED -> upload -> COPY_SEGMENT_FINISHED (a copier thread)."""
+        self.rlmm.add_remote_log_segment_metadata(md)
+        try:
+            custom = self.rsm.copy_log_segment_data(md, data)
+        except RetriableRemoteStorageError:
+            raise  # left COPY_SEGMENT_STARTED: the next run cleans it once the store is back
+        except Exception:
+            self._cleanup_quietly(md)
+            raise
+        finished = RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self._clock.milliseconds(), custom,
+                                                  S.COPY_SEGMENT_FINISHED, self.broker_id)
+        limit = self.config.custom_metadata_max_bytes
+        if custom is not None and len(custom) > limit:
+            self._cleanup_quietly(md.create_with_updates(finished))
+            raise CustomMetadataSizeLimitExceededError(
+                f"custom metadata of {len(custom)} bytes is over remote.log.metadata.custom.metadata.max.bytes "
+                f"({limit}) for {md.remote_log_segment_id}")
+        self.rlmm.update_remote_log_segment_metadata(finished)
+
+    def _clean_dangling(self, tip: TopicIdPartition, being_copied: frozenset[RemoteLogSegmentId]) -> int:
+        dangling = [md for md in self.rlmm.list_remote_log_segments(tip)
+                    if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in being_copied]
+        for md in dangling:
+            log.info("deleting dangling upload %s (COPY_SEGMENT_STARTED, never finished)", describe(tip, md))
+            self._delete_remote_segment(md)
+        return len(dangling)
+
+    def _cleanup_quietly(self, md: RemoteLogSegmentMetadata) -> None:
+        try:
+            self._delete_remote_segment(md)
+        except Exception as e:  # retried by the next copy run's dangling sweep
+            log.warning("cleaning up failed upload %s failed: %s", md.remote_log_segment_id, e)
+
+    def _update_state(self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> None:
+        self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, self._clock.milliseconds(), md.custom_metadata, state, self.broker_id))
+
+    def _delete_remote_segment(self, md: RemoteLogSegmentMetadata) -> None:
+        """DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED (a worker thread)."""
+        topic = md.topic_id_partition.topic
+        if md.state is not S.DELETE_SEGMENT_STARTED:
+            self._update_state(md, S.DELETE_SEGMENT_STARTED)
+        self.stats.mark("RemoteDeleteRequestsPerSec", topic)
+        try:
+            self.rsm.delete_log_segment_data(md)
+        except Exception:
+            self.stats.mark("RemoteDeleteErrorsPerSec", topic)
+            raise
+        self._forget_indexes(md)
+        self._update_state(md, S.DELETE_SEGMENT_FINISHED)
+
+    def _forget_indexes(self, md: RemoteLogSegmentMetadata) -> None:
+        if self.index_cache is not None:
+            self.index_cache.remove(md.remote_log_segment_id.id)
+
+    def _record_lag(self, st: PartitionTierState) -> None:
+        plog = self._log_for(st.tp)
+        if plog is None:
+            return
+        lag_bytes, lag_segments = copy_lag(plog)
+        self.stats.set_partition("RemoteCopyLagBytes", st.tp.topic, st.tp.partition, lag_bytes)
+        self.stats.set_partition("RemoteCopyLagSegments", st.tp.topic, st.tp.partition, lag_segments)
+
+    # -- expiration ----------------------------------------------------------------------------
+
+    async def _expiration_loop(self, st: PartitionTierState) -> None:
+        while True:
+            try:
+                if self.rlmm.is_ready(st.tip):
+                    await self.expire_once(st)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("%s: remote retention failed: %s: %s", st.tp, type(e).__name__, e)
+            await asyncio.sleep(self.config.task_interval_ms / 1000)
+
+    async def expire_once(self, st: PartitionTierState) -> ExpirationPlan | None:
+        plog = self._log_for(st.tp)
+        if plog is None:
+            return None
+        config = plog.config
+        delete_policy = "delete" in config.cleanup_policy
+        snap = LogSnapshot(
+            epoch_entries=[(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()],
+            log_end_offset=plog.log_end_offset, log_start_offset=plog.log_start_offset,
+            only_local_size=only_local_size(plog),
+            retention_ms=config.retention_ms if delete_policy else -1,
+            retention_bytes=config.retention_bytes if delete_policy else -1,
+            now_ms=self._clock.milliseconds(), being_copied=frozenset(st.being_copied),
+        )
+        started = time.monotonic()
+        plan = await self._run(self._expiration, lambda: plan_expiration(self.rlmm.list_remote_log_segments(st.tip),
+                                                                         snap))
+        self.stats.set_partition("RemoteLogSizeComputationTime", st.tp.topic, st.tp.partition,
+                                 (time.monotonic() - started) * 1e3)
+        self.stats.set_partition("RemoteLogMetadataCount", st.tp.topic, st.tp.partition, plan.metadata_count)
+        self.stats.set_partition("RemoteLogSizeBytes", st.tp.topic, st.tp.partition, plan.remote_size)
+        if plan.new_log_start_offset is not None and self._log_for(st.tp) is plog:
+            plog.update_log_start_offset_from_remote_tier(plan.new_log_start_offset)
+            self._on_log_start_changed()
+        if plan.to_delete:
+            pending_bytes = sum(md.segment_size_in_bytes for md in plan.to_delete)
+            self.stats.set_partition("RemoteDeleteLagSegments", st.tp.topic, st.tp.partition, len(plan.to_delete))
+            self.stats.set_partition("RemoteDeleteLagBytes", st.tp.topic, st.tp.partition, pending_bytes)
+            for md in plan.to_delete:
+                await self._run(self._expiration, self._delete_remote_segment, md)
+            log.info("%s: deleted %d expired remote segments (%d bytes)", st.tp, len(plan.to_delete), pending_bytes)
+            self.stats.set_partition("RemoteDeleteLagSegments", st.tp.topic, st.tp.partition, 0)
+            self.stats.set_partition("RemoteDeleteLagBytes", st.tp.topic, st.tp.partition, 0)
+        return plan
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _submit_read(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue a read on the reader pool, bounded by ``remote.log.reader.max.pending.tasks``."""
+        if self._pending_reads >= self.config.reader_max_pending_tasks:
+            raise RemoteReadQueueFullError(
+                f"{self._pending_reads} remote reads pending (remote.log.reader.max.pending.tasks)")
+        self._pending_reads += 1
+        fut = asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
+
+        def done(_: object) -> None:
+            self._pending_reads -= 1
+
+        fut.add_done_callback(done)
+        return fut
+
+    def read(self, tip: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int,
+             min_one_message: bool, read_committed: bool) -> asyncio.Future[RemoteFetchResult]:
+        """A Fetch below the local log start: a future the fetch waits on (``remote.fetch.max.wait.ms``)."""
+        assert self.reader is not None, "RemoteLogManager not started"
+        epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
+        reader = self.reader
+        topic = tip.topic
+        stats = self.stats
+
+        def run() -> RemoteFetchResult:
+            started = time.monotonic()
+            stats.mark("RemoteFetchRequestsPerSec", topic)
+            try:
+                result = reader.read(tip, epochs, fetch_offset, max_bytes, min_one_message, read_committed)
+            except OffsetOutOfRangeError:
+                raise
+            except Exception:
+                stats.mark("RemoteFetchErrorsPerSec", topic)
+                raise
+            stats.mark("RemoteFetchBytesPerSec", topic, len(result.records))
+            stats.remote.RemoteLogReaderFetchRateAndTimeMs.update((time.monotonic() - started) * 1e3)
+            return result
+
+        return self._submit_read(run)
+
+    def find_offset_by_timestamp(self, tip: TopicIdPartition, plog: PartitionLog,
+                                 timestamp: int) -> asyncio.Future[TimestampAndOffset | None]:
+        """ListOffsets by time over the remote-only part of the log (remote time indexes first)."""
+        assert self.reader is not None, "RemoteLogManager not started"
+        epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
+        lineage = build_filtered_leader_epoch_map(epochs)
+        leo, start, local_start = plog.log_end_offset, plog.log_start_offset, plog.local_log_start_offset
+        reader = self.reader
+
+        def run() -> TimestampAndOffset | None:
+            return reader.find_offset_by_timestamp(
+                tip, epochs, timestamp, start, local_log_start_offset=local_start,
+                segment_filter=lambda md: is_remote_segment_within_leader_epochs(md, leo, lineage))
+
+        return self._submit_read(run)
+
+    # -- state for tools -----------------------------------------------------------------------
+
+    def remote_summary(self, tip: TopicIdPartition) -> tuple[int, int]:
+        """(segments, bytes) of COPY_SEGMENT_FINISHED data of a partition."""
+        count = size = 0
+        try:
+            for md in self.rlmm.list_remote_log_segments(tip):
+                if md.state is S.COPY_SEGMENT_FINISHED:
+                    count += 1
+                    size += md.segment_size_in_bytes
+        except Exception:  # not loaded yet, or stopped
+            pass
+        return count, size
+
+
+def only_local_size(plog: PartitionLog) -> int:
+    """Bytes of local segments not yet in remote storage (Kafka's ``onlyLocalLogSegmentsSize``)."""
+    highest = plog.highest_offset_in_remote_storage
+    return sum(s.size for s in plog.segments if s.base_offset >= highest)
+
+
+def copy_lag(plog: PartitionLog) -> tuple[int, int]:
+    """Kafka's RemoteCopyLagBytes/Segments: local data not yet uploaded, the active segment excluded."""
+    highest = plog.highest_offset_in_remote_storage
+    segments = plog.segments
+    waiting = [s for s, nxt in zip(segments, segments[1:], strict=False) if nxt.base_offset - 1 > highest]
+    return sum(s.size for s in waiting), len(waiting)

@@ -1,0 +1,383 @@
+"""``LocalTieredStorage``: a directory acting as the bucket, with an event history for tests.
+
+The port of Kafka's test RSM of the same name (``storage/src/test/.../LocalTieredStorage.java``):
+it is what the tiered-storage acceptance tests run against, because it lets them *count* what the
+broker did (``COPY_SEGMENT``, ``FETCH_SEGMENT``, ``DELETE_SEGMENT`` ...) and read back what was
+offloaded. It is also a usable single-host backend (an NFS mount, a second disk).
+
+Differences from Kafka's, and why:
+
+* The layout is the S3 backend's (``{topic}-{topicId}/{partition}/{start:020d}-{segmentId}.{ext}``
+  under ``dir``), so tooling and tests can treat both backends alike.
+* Every file is written to a temp name, fsynced, renamed into place and the directory fsynced:
+  a crash never leaves a torn object, as on a real object store.
+* The broker runs in its own process in integration tests, so besides the in-memory history each
+  event is appended as one JSON line to ``<dir>/.events.jsonl`` (``read_events`` parses it).
+  Brokers sharing ``dir`` append to the same file; each line is one ``write`` on an ``O_APPEND``
+  descriptor, so lines never interleave.
+* ``fault.file``: while that path exists every operation raises ``RetriableRemoteStorageError``,
+  so a process-level test can take the store down and bring it back by creating/removing a file.
+  No event is recorded for a refused operation: the store never saw it.
+
+Configs (``rsm.config.`` prefix removed): ``dir`` (required), ``events.log.enable`` (true),
+``fault.file`` (unset), ``delete.enable`` (true; false makes deletes no-ops, as in Kafka, to
+simulate an eventually consistent store), ``broker.id``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar, cast
+
+from strata.tiered.api import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageManager,
+    RetriableRemoteStorageError,
+    TopicIdPartition,
+    uuid_to_str,
+)
+from strata.tiered.storage.common import (
+    ALL_SUFFIXES,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    check_positions,
+    config_bool,
+    config_int,
+    config_str,
+    partition_path,
+    segment_stem,
+)
+
+EVENTS_FILE = ".events.jsonl"
+_TMP_MARK = ".tmp-"
+T = TypeVar("T")
+
+
+class EventType(StrEnum):
+    COPY_SEGMENT = "COPY_SEGMENT"
+    FETCH_SEGMENT = "FETCH_SEGMENT"
+    FETCH_OFFSET_INDEX = "FETCH_OFFSET_INDEX"
+    FETCH_TIME_INDEX = "FETCH_TIME_INDEX"
+    FETCH_TRANSACTION_INDEX = "FETCH_TRANSACTION_INDEX"
+    FETCH_LEADER_EPOCH_CHECKPOINT = "FETCH_LEADER_EPOCH_CHECKPOINT"
+    FETCH_PRODUCER_SNAPSHOT = "FETCH_PRODUCER_SNAPSHOT"
+    DELETE_SEGMENT = "DELETE_SEGMENT"
+    DELETE_PARTITION = "DELETE_PARTITION"
+
+
+_INDEX_EVENTS = {
+    IndexType.OFFSET: EventType.FETCH_OFFSET_INDEX,
+    IndexType.TIMESTAMP: EventType.FETCH_TIME_INDEX,
+    IndexType.TRANSACTION: EventType.FETCH_TRANSACTION_INDEX,
+    IndexType.LEADER_EPOCH: EventType.FETCH_LEADER_EPOCH_CHECKPOINT,
+    IndexType.PRODUCER_SNAPSHOT: EventType.FETCH_PRODUCER_SNAPSHOT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTieredStorageEvent:
+    """One operation on the store. ``error`` is set when it failed (the exception's repr)."""
+
+    type: EventType
+    broker_id: int
+    topic_id_partition: TopicIdPartition
+    segment_id: RemoteLogSegmentId | None
+    start_offset: int | None
+    end_offset: int | None
+    timestamp_ms: int
+    counter: int
+    start_position: int | None = None
+    end_position: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        tp = self.topic_id_partition
+        return {
+            "type": self.type.value, "broker_id": self.broker_id, "topic": tp.topic, "partition": tp.partition,
+            "topic_id": uuid_to_str(tp.topic_id),
+            "segment_id": uuid_to_str(self.segment_id.id) if self.segment_id else None,
+            "start_offset": self.start_offset, "end_offset": self.end_offset, "timestamp_ms": self.timestamp_ms,
+            "counter": self.counter, "pid": os.getpid(), "start_position": self.start_position,
+            "end_position": self.end_position, "error": self.error,
+        }
+
+
+def read_events(directory: str | Path, type: str | EventType | None = None) -> list[dict[str, Any]]:
+    """The events every broker using ``directory`` recorded, oldest first (optionally of one type).
+
+    A torn last line (a writer killed mid-write) is skipped rather than failing the reader.
+    """
+    path = Path(directory) / EVENTS_FILE
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    wanted = None if type is None else EventType(type).value
+    events = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if wanted is None or event.get("type") == wanted:
+            events.append(event)
+    return events
+
+
+class _BoundedReader(io.RawIOBase):
+    """An open file, already positioned, that reports EOF after ``limit`` bytes (``None``: file end)."""
+
+    def __init__(self, file: BinaryIO, limit: int | None) -> None:
+        super().__init__()
+        self._file = file
+        self._remaining = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._remaining is not None:
+            view = view[: self._remaining]
+        if not len(view):
+            return 0
+        n = self._file.readinto(view) or 0
+        if self._remaining is not None:
+            self._remaining -= n
+        return n
+
+    def readall(self) -> bytes:
+        """The rest in one read (RawIOBase's default would loop in 8 KiB reads)."""
+        data = self._file.read() if self._remaining is None else self._file.read(self._remaining)
+        if self._remaining is not None:
+            self._remaining -= len(data)
+        return data
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+
+class LocalTieredStorage(RemoteStorageManager):
+    """A directory as the remote store; thread-safe, every write atomic."""
+
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+        self.broker_id = -1
+        self._events: list[LocalTieredStorageEvent] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._events_fd: int | None = None
+        self._fault_file: Path | None = None
+        self._delete_enabled = True
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        self._dir = Path(config_str(configs, "dir", required=True)).resolve()
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self.broker_id = config_int(configs, "broker.id", -1)
+        fault = config_str(configs, "fault.file")
+        self._fault_file = Path(fault) if fault else None
+        self._delete_enabled = config_bool(configs, "delete.enable", True)
+        if config_bool(configs, "events.log.enable", True):
+            self._events_fd = os.open(self._dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @property
+    def storage_dir(self) -> Path:
+        if self._dir is None:
+            raise RemoteStorageError("LocalTieredStorage is not configured (missing configure() call)")
+        return self._dir
+
+    def close(self) -> None:
+        with self._lock:
+            if self._events_fd is not None:
+                os.close(self._events_fd)
+                self._events_fd = None
+
+    # -- event history -------------------------------------------------------------------------
+
+    def events(self, type: EventType | None = None,
+               tp: TopicIdPartition | None = None) -> list[LocalTieredStorageEvent]:
+        """A snapshot of this instance's history, oldest first, optionally filtered."""
+        with self._lock:
+            events = list(self._events)
+        return [e for e in events if (type is None or e.type is type) and (tp is None or e.topic_id_partition == tp)]
+
+    def count(self, type: EventType, tp: TopicIdPartition | None = None) -> int:
+        return len(self.events(type, tp))
+
+    def _record(self, type: EventType, tp: TopicIdPartition, metadata: RemoteLogSegmentMetadata | None,
+                error: BaseException | None = None, **positions: int | None) -> None:
+        with self._lock:
+            self._counter += 1
+            event = LocalTieredStorageEvent(
+                type=type, broker_id=self.broker_id, topic_id_partition=tp,
+                segment_id=metadata.remote_log_segment_id if metadata else None,
+                start_offset=metadata.start_offset if metadata else None,
+                end_offset=metadata.end_offset if metadata else None,
+                timestamp_ms=int(time.time() * 1000), counter=self._counter,
+                error=repr(error) if error is not None else None, **positions)
+            self._events.append(event)
+            if self._events_fd is not None:
+                os.write(self._events_fd, (json.dumps(event.to_json(), separators=(",", ":")) + "\n").encode())
+
+    def _operation(self, type: EventType, metadata: RemoteLogSegmentMetadata, action: Callable[[], T],
+                   **positions: int | None) -> T:
+        """Run one store operation: refuse it during a fault, record its event, translate errors."""
+        if self._fault_file is not None and self._fault_file.exists():
+            raise RetriableRemoteStorageError("store unavailable (fault file present)")
+        try:
+            result = action()
+        except FileNotFoundError as e:
+            self._record(type, metadata.topic_id_partition, metadata, e, **positions)
+            raise RemoteResourceNotFoundError(
+                f"{type.value}: {e.filename} not found for {metadata.remote_log_segment_id}") from e
+        except RemoteStorageError as e:
+            self._record(type, metadata.topic_id_partition, metadata, e, **positions)
+            raise
+        except OSError as e:
+            self._record(type, metadata.topic_id_partition, metadata, e, **positions)
+            raise RemoteStorageError(f"{type.value} failed for {metadata.remote_log_segment_id}: {e}") from e
+        self._record(type, metadata.topic_id_partition, metadata, **positions)
+        return result
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def _path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> Path:
+        return self.storage_dir / f"{segment_stem(metadata)}.{suffix}"
+
+    def partition_dir(self, tp: TopicIdPartition) -> Path:
+        return self.storage_dir / partition_path(tp)
+
+    def segment_files(self, metadata: RemoteLogSegmentMetadata) -> dict[str, Path]:
+        """Suffix -> path of the files of this segment that exist (for tests and tools)."""
+        return {s: p for s in ALL_SUFFIXES if (p := self._path(metadata, s)).exists()}
+
+    # -- RemoteStorageManager --------------------------------------------------------------------
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        def copy() -> None:
+            sources: dict[str, Path | bytes] = {
+                LOG_SUFFIX: data.log_segment,
+                INDEX_SUFFIXES[IndexType.OFFSET]: data.offset_index,
+                INDEX_SUFFIXES[IndexType.TIMESTAMP]: data.time_index,
+                INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT]: data.producer_snapshot_index,
+                INDEX_SUFFIXES[IndexType.LEADER_EPOCH]: bytes(data.leader_epoch_index),
+            }
+            if data.transaction_index is not None:
+                sources[INDEX_SUFFIXES[IndexType.TRANSACTION]] = data.transaction_index
+            target_dir = self._path(metadata, LOG_SUFFIX).parent
+            target_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                for suffix, source in sources.items():
+                    try:
+                        _atomic_copy(source, self._path(metadata, suffix))
+                    except FileNotFoundError as e:  # a local input vanished: not a missing remote object
+                        raise RemoteStorageError(f"cannot copy {e.filename}: {e.strerror}") from e
+                if data.transaction_index is None:  # an overwrite must not keep an older copy's index
+                    _unlink_quietly(self._path(metadata, INDEX_SUFFIXES[IndexType.TRANSACTION]))
+                _fsync_dir(target_dir)
+            except BaseException:
+                self._delete_files(metadata)  # Kafka: a failed copy leaves no partial fileset behind
+                raise
+
+        self._operation(EventType.COPY_SEGMENT, metadata, copy)
+        return None
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        check_positions(start_position, end_position)
+
+        def fetch() -> BinaryIO:
+            file = open(self._path(metadata, LOG_SUFFIX), "rb")  # noqa: SIM115 - owned by the returned reader
+            file.seek(start_position)
+            limit = None if end_position is None else end_position - start_position + 1
+            return cast(BinaryIO, _BoundedReader(file, limit))
+
+        return self._operation(EventType.FETCH_SEGMENT, metadata, fetch, start_position=start_position,
+                               end_position=end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        path = self._path(metadata, INDEX_SUFFIXES[index_type])
+        return self._operation(_INDEX_EVENTS[index_type], metadata, lambda: io.BytesIO(path.read_bytes()))
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        def delete() -> None:
+            if self._delete_enabled:
+                self._delete_files(metadata)
+
+        self._operation(EventType.DELETE_SEGMENT, metadata, delete)
+
+    def delete_partition(self, tp: TopicIdPartition) -> None:
+        """Kafka's ``LocalTieredStorage.deletePartition`` (not part of the RSM API): drop the partition's tree."""
+        if self._fault_file is not None and self._fault_file.exists():
+            raise RetriableRemoteStorageError("store unavailable (fault file present)")
+        if self._delete_enabled:
+            shutil.rmtree(self.partition_dir(tp), ignore_errors=True)
+        self._record(EventType.DELETE_PARTITION, tp, None)
+
+    def _delete_files(self, metadata: RemoteLogSegmentMetadata) -> None:
+        for suffix in ALL_SUFFIXES:
+            _unlink_quietly(self._path(metadata, suffix))
+        # the partition directory stays, even empty: a concurrent copy into it may have just created it
+
+    def walk_segments(self) -> Iterator[Path]:
+        """Every stored ``.log`` file (for tests that read back what was offloaded)."""
+        yield from sorted(self.storage_dir.glob(f"*/*/*.{LOG_SUFFIX}"))
+
+
+# -- file helpers ---------------------------------------------------------------------------------
+
+
+def _atomic_copy(source: Path | bytes, target: Path) -> None:
+    """Write ``source`` (a file or bytes) to ``target`` via a unique temp file, fsync, rename."""
+    tmp = target.with_name(f"{target.name}{_TMP_MARK}{uuid.uuid4().hex}")
+    try:
+        if isinstance(source, bytes):
+            with open(tmp, "wb") as out:
+                out.write(source)
+                out.flush()
+                os.fsync(out.fileno())
+        else:
+            shutil.copyfile(source, tmp)  # sendfile/copy_file_range on Linux: no copy through Python
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,305 @@
+"""``S3RemoteStorageManager``: segments and their indexes as objects in an S3 (or S3-compatible) bucket.
+
+One object per file of a segment (``.log`` plus one per index), named as in
+``strata.tiered.storage.common`` (Aiven's key layout). The ``.log`` goes up as a multipart upload
+when it is larger than the part size; indexes are single PUTs. Reads are ranged GETs streamed in
+chunks, so a consumer fetch of 1 MiB from a 1 GiB segment moves 1 MiB.
+
+Client: obstore (Rust ``object_store``) for every data call - chosen by measurement
+(bench/s3_client_bench.py, docs/remote-storage.md): on par with boto3 for large uploads,
+1.2x on ranged GETs, 1.8x on small PUTs, and 2-6x less CPU in the broker's own process for
+those, which matters in a Python broker whose event loop shares the GIL with these worker threads. obstore
+reads the AWS environment variables but not profiles, so unless static keys are configured the
+credentials come from boto3's standard chain (env, shared config/credentials profile incl. SSO
+and assume-role, container, instance metadata) through obstore's ``Boto3CredentialProvider``.
+
+Errors: a missing object is ``RemoteResourceNotFoundError``; connection failures, timeouts, 429
+and 5xx (after the client's own bounded retries) are ``RetriableRemoteStorageError``; anything
+else (403, 416 ...) is ``RemoteStorageError``. The client is thread-safe; one store is shared by
+all the RemoteLogManager's worker threads.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+import obstore
+from obstore.exceptions import BaseError, NotFoundError, PermissionDeniedError, UnauthenticatedError
+from obstore.store import S3Store
+
+from strata.tiered.api import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageManager,
+    RetriableRemoteStorageError,
+)
+from strata.tiered.storage.common import (
+    ALL_SUFFIXES,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    check_positions,
+    config_bool,
+    config_int,
+    config_str,
+    object_key,
+)
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
+MAX_PART_SIZE = 5 * 1024 * MiB
+STREAM_CHUNK = 256 * 1024  # what one read of a fetch stream buffers at least (obstore's default is 10 MiB)
+CREDENTIALS_TTL = timedelta(minutes=5)  # re-ask boto3 well before temporary credentials can expire
+_STATUS = re.compile(r"status code: (\d{3})")
+_TRANSPORT = ("error sending request", "HTTP error", "timed out", "Timeout", "connection", "Connection")
+
+
+class S3RemoteStorageManager(RemoteStorageManager):
+    """Configs (``rsm.config.`` prefix removed), Kafka/Aiven style names:
+
+    ``s3.bucket.name`` (required), ``s3.endpoint.url``, ``s3.region``, ``s3.path.style.access.enabled``
+    (false), ``key.prefix`` (""), ``s3.multipart.upload.part.size`` (8 MiB, >= 5 MiB),
+    ``s3.multipart.upload.concurrency`` (4), ``s3.connect.timeout.ms`` (1000),
+    ``s3.api.call.attempt.timeout.ms`` (60000), ``s3.api.call.timeout.ms`` (2000, the retry budget of
+    one call), ``s3.max.retries`` (3), ``aws.access.key.id`` / ``aws.secret.access.key`` /
+    ``aws.session.token`` (static keys), ``aws.profile`` (a named profile of the shared config).
+    """
+
+    def __init__(self) -> None:
+        self._store: S3Store | None = None
+        self.bucket = ""
+        self.prefix = ""
+        self.part_size = 8 * MiB
+        self.concurrency = 4
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def configure(self, configs: Mapping[str, Any]) -> None:
+        self.bucket = config_str(configs, "s3.bucket.name", required=True)
+        self.prefix = config_str(configs, "key.prefix", "")
+        if self.prefix.startswith("/") or "//" in self.prefix:
+            raise ValueError(f"config 'key.prefix' must not start with '/' or contain '//', got {self.prefix!r}")
+        self.part_size = config_int(configs, "s3.multipart.upload.part.size", 8 * MiB, minimum=MIN_PART_SIZE)
+        if self.part_size > MAX_PART_SIZE:
+            raise ValueError(f"config 's3.multipart.upload.part.size' must be <= {MAX_PART_SIZE}, got {self.part_size}")
+        self.concurrency = config_int(configs, "s3.multipart.upload.concurrency", 4, minimum=1)
+        endpoint = config_str(configs, "s3.endpoint.url") or None
+        region = config_str(configs, "s3.region") or None
+        path_style = config_bool(configs, "s3.path.style.access.enabled", False)
+        connect_ms = config_int(configs, "s3.connect.timeout.ms", 1000, minimum=1)
+        attempt_ms = config_int(configs, "s3.api.call.attempt.timeout.ms", 60_000, minimum=1)
+        call_ms = config_int(configs, "s3.api.call.timeout.ms", 2_000, minimum=0)
+        retries = config_int(configs, "s3.max.retries", 3, minimum=0)
+
+        kwargs: dict[str, Any] = {"virtual_hosted_style_request": not path_style}
+        if endpoint:
+            kwargs["endpoint"] = endpoint
+        if region:
+            kwargs["region"] = region
+        kwargs.update(_credentials(configs))
+        client_options: dict[str, Any] = {"connect_timeout": timedelta(milliseconds=connect_ms),
+                                          "timeout": timedelta(milliseconds=attempt_ms)}
+        if endpoint and endpoint.startswith("http://"):
+            client_options["allow_http"] = True
+        retry_config: Any = {"max_retries": retries, "retry_timeout": timedelta(milliseconds=call_ms),
+                             "backoff": {"init_backoff": timedelta(milliseconds=100),
+                                         "max_backoff": timedelta(seconds=1), "base": 2}}
+        try:
+            self._store = S3Store(self.bucket, client_options=client_options, retry_config=retry_config, **kwargs)
+        except BaseError as e:
+            raise ValueError(f"invalid S3 configuration: {e}") from e
+        log.info("S3 remote storage: bucket=%s endpoint=%s region=%s path_style=%s prefix=%r part_size=%d",
+                 self.bucket, endpoint or "(AWS)", region or "(from environment)", path_style, self.prefix,
+                 self.part_size)
+
+    @property
+    def store(self) -> S3Store:
+        if self._store is None:
+            raise RemoteStorageError("S3RemoteStorageManager is not configured (missing configure() call)")
+        return self._store
+
+    def key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+        return object_key(metadata, suffix, self.prefix)
+
+    # -- RemoteStorageManager --------------------------------------------------------------------
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
+        uploads: list[tuple[str, Path | bytes]] = [
+            (LOG_SUFFIX, data.log_segment),
+            (INDEX_SUFFIXES[IndexType.OFFSET], data.offset_index),
+            (INDEX_SUFFIXES[IndexType.TIMESTAMP], data.time_index),
+            (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], data.producer_snapshot_index),
+            (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], bytes(data.leader_epoch_index)),
+        ]
+        if data.transaction_index is not None:
+            uploads.append((INDEX_SUFFIXES[IndexType.TRANSACTION], data.transaction_index))
+        try:
+            for suffix, source in uploads:
+                self._put(self.key(metadata, suffix), source)
+            if data.transaction_index is None:  # an overwrite must not keep an older copy's index
+                obstore.delete(self.store, self.key(metadata, INDEX_SUFFIXES[IndexType.TRANSACTION]))
+        except (BaseError, OSError) as e:
+            self._delete_quietly(metadata)  # leave no orphans behind a failed copy (Aiven PR #590)
+            # a 404 here is a missing bucket (or a vanished local file), not a missing segment
+            raise _translate(e, f"copy of {metadata.remote_log_segment_id}", missing_is_not_found=False) from e
+        return None
+
+    def _put(self, key: str, source: Path | bytes) -> None:
+        if isinstance(source, Path):
+            if source.stat().st_size > self.part_size:
+                obstore.put(self.store, key, source, use_multipart=True, chunk_size=self.part_size,
+                            max_concurrency=self.concurrency)
+                return
+            source = source.read_bytes()
+        obstore.put(self.store, key, source, use_multipart=False)
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        check_positions(start_position, end_position)
+        byte_range: Any = {"offset": start_position} if end_position is None else (start_position, end_position + 1)
+        what = f"fetch of {metadata.remote_log_segment_id} [{start_position}, {end_position}]"
+        try:
+            result = obstore.get(self.store, self.key(metadata, LOG_SUFFIX), options={"range": byte_range})
+        except (BaseError, OSError) as e:
+            raise _translate(e, what) from e
+        return cast(BinaryIO, _ChunkStreamReader(iter(result.stream(min_chunk_size=STREAM_CHUNK)), what))
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        key = self.key(metadata, INDEX_SUFFIXES[index_type])
+        try:
+            return io.BytesIO(bytes(obstore.get(self.store, key).bytes()))
+        except (BaseError, OSError) as e:
+            raise _translate(e, f"fetch of {index_type.name} index of {metadata.remote_log_segment_id}") from e
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """One DeleteObjects request for every key the segment may have; missing keys are fine."""
+        try:
+            obstore.delete(self.store, [self.key(metadata, s) for s in ALL_SUFFIXES])
+        except (NotFoundError, FileNotFoundError):
+            pass
+        except (BaseError, OSError) as e:
+            raise _translate(e, f"delete of {metadata.remote_log_segment_id}") from e
+
+    def _delete_quietly(self, metadata: RemoteLogSegmentMetadata) -> None:
+        try:
+            self.delete_log_segment_data(metadata)
+        except RemoteStorageError as e:
+            log.warning("could not remove the partial upload of %s: %s", metadata.remote_log_segment_id, e)
+
+    def close(self) -> None:
+        self._store = None
+
+
+class _ChunkStreamReader(io.RawIOBase):
+    """A readable stream over obstore's chunk iterator; transport errors mid-stream are retriable."""
+
+    def __init__(self, chunks: Iterator[Any], what: str) -> None:
+        super().__init__()
+        self._chunks: Iterator[Any] | None = chunks
+        self._pending = memoryview(b"")
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        if not len(target):
+            return 0
+        while not len(self._pending):
+            if self._chunks is None:
+                return 0
+            try:
+                self._pending = memoryview(next(self._chunks)).cast("B")
+            except StopIteration:
+                self._chunks = None
+                return 0
+            except (BaseError, OSError) as e:
+                self._chunks = None
+                raise _translate(e, self._what) from e
+        n = min(len(target), len(self._pending))
+        target[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def readall(self) -> bytes:
+        """The rest in one go (RawIOBase's default would loop in 8 KiB reads)."""
+        parts = [bytes(self._pending)]
+        self._pending = memoryview(b"")
+        while self._chunks is not None:
+            try:
+                parts.append(bytes(next(self._chunks)))
+            except StopIteration:
+                self._chunks = None
+            except (BaseError, OSError) as e:
+                self._chunks = None
+                raise _translate(e, self._what) from e
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._chunks = None  # drops the response: the connection is not reused for a half-read body
+        self._pending = memoryview(b"")
+        super().close()
+
+
+def _credentials(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Static keys when configured, else boto3's standard chain (env, profile, SSO, IMDS ...)."""
+    access_key = config_str(configs, "aws.access.key.id")
+    secret_key = config_str(configs, "aws.secret.access.key")
+    if access_key or secret_key:
+        if not (access_key and secret_key):
+            raise ValueError("configs 'aws.access.key.id' and 'aws.secret.access.key' must be set together")
+        static = {"access_key_id": access_key, "secret_access_key": secret_key}
+        token = config_str(configs, "aws.session.token")
+        if token:
+            static["token"] = token
+        return static
+    try:
+        import boto3
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError:  # no boto3: obstore's own chain (env, web identity, container, IMDS; no profiles)
+        return {}
+    profile = config_str(configs, "aws.profile") or None
+    try:
+        session = boto3.Session(profile_name=profile)
+    except Exception as e:  # botocore's ProfileNotFound and friends
+        raise ValueError(f"config 'aws.profile': {e}") from e
+    try:
+        provider = Boto3CredentialProvider(session, ttl=CREDENTIALS_TTL)
+    except ValueError:
+        raise ValueError("no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile "
+                         "(AWS_PROFILE or 'aws.profile'), or 'aws.access.key.id'/'aws.secret.access.key'") from None
+    return {"credential_provider": provider}
+
+
+def _translate(error: BaseException, what: str, *, missing_is_not_found: bool = True) -> RemoteStorageError:
+    """obstore's error -> the RSM's: not found, retriable (transport, 429, 5xx) or permanent.
+
+    obstore raises the builtin ``FileNotFoundError`` for a 404 (its ``NotFoundError`` is not used).
+    """
+    message = str(error).split("\n\nDebug source:", 1)[0]
+    if isinstance(error, NotFoundError | FileNotFoundError):
+        if missing_is_not_found:
+            return RemoteResourceNotFoundError(f"{what}: not found: {message}")
+        return RemoteStorageError(f"{what}: not found: {message}")
+    if isinstance(error, PermissionDeniedError | UnauthenticatedError):
+        return RemoteStorageError(f"{what}: access denied: {message}")
+    status = _STATUS.search(message)
+    if status:
+        code = int(status.group(1))
+        if code == 429 or code >= 500:
+            return RetriableRemoteStorageError(f"{what}: store unavailable: {message}")
+        return RemoteStorageError(f"{what}: {message}")
+    if isinstance(error, OSError) or any(marker in message for marker in _TRANSPORT):
+        return RetriableRemoteStorageError(f"{what}: store unreachable: {message}")
+    return RemoteStorageError(f"{what}: {message}")

@@ -1,0 +1,1 @@
+"""Helpers shared by several test directories (external servers, fixtures) - not tests themselves."""

@@ -1,0 +1,226 @@
+"""``strata tiers`` without a broker: the table it prints, and how it finds and reports the endpoint.
+
+A fake Kafka listener (kio-encoded Metadata v1 and DescribeConfigs v1 answers) and a stdlib HTTP
+server stand in for the broker, so the discovery path (node id, then ``metrics.port``) and the
+user-facing errors are pinned here; the end-to-end run against a real broker lives with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import io
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kio.index import load_response_schema
+from kio.serial import entity_writer
+
+from strata.protocol.build import make
+from strata.tools.tiers import add_tiers_parser, fetch_tiers, format_bytes, format_table, main_tiers
+from strata.tools.wire import parse_host_port
+
+PAYLOAD: dict[str, Any] = {"broker_id": 1, "partitions": [
+    {"topic": "orders", "partition": 1, "topic_id": "x", "remote_storage_enable": True, "log_start_offset": 0,
+     "local_log_start_offset": 5000, "highest_offset_in_remote_storage": 4999, "log_end_offset": 6000,
+     "high_watermark": 6000, "local_segments": 2, "local_bytes": 1258291, "remote_segments": 5,
+     "remote_bytes": 5 * 1024 * 1024 * 1024, "copy_lag_segments": 1, "copy_lag_bytes": 1536,
+     "last_copy_error": "RemoteStorageException: bucket unavailable"},
+    {"topic": "orders", "partition": 0, "topic_id": "x", "remote_storage_enable": True, "log_start_offset": 0,
+     "local_log_start_offset": 0, "highest_offset_in_remote_storage": -1, "log_end_offset": 10,
+     "high_watermark": 10, "local_segments": 1, "local_bytes": 512, "remote_segments": 0, "remote_bytes": 0,
+     "copy_lag_segments": 0, "copy_lag_bytes": 0, "last_copy_error": None},
+    {"topic": "audit", "partition": 0, "topic_id": "y", "remote_storage_enable": False, "log_start_offset": 3,
+     "local_log_start_offset": 3, "highest_offset_in_remote_storage": -1, "log_end_offset": 3,
+     "high_watermark": 3, "local_segments": 1, "local_bytes": 0, "remote_segments": 0, "remote_bytes": 0,
+     "copy_lag_segments": 0, "copy_lag_bytes": 0, "last_copy_error": None},
+]}
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(1023) == "1023 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(1258291) == "1.2 MiB"
+    assert format_bytes(5 * 1024**3) == "5.0 GiB"
+
+
+def test_format_table() -> None:
+    text = format_table(PAYLOAD)
+    lines = text.splitlines()
+    assert lines[0].split() == ["TOPIC", "PARTITION", "LOG-START", "LOCAL-START", "REMOTE-END", "END", "LOCAL-SEGS",
+                                "LOCAL-BYTES", "REMOTE-SEGS", "REMOTE-BYTES", "COPY-LAG"]
+    # sorted by topic then partition; sizes human readable; no remote columns for a local-only topic
+    assert lines[1].split() == ["audit", "0", "3", "3", "-", "3", "1", "0", "B", "-", "-", "-"]
+    assert lines[2].split() == ["orders", "0", "0", "0", "-", "10", "1", "512", "B", "0", "0", "B", "0", "B"]
+    assert lines[3].split() == ["orders", "1", "0", "5000", "4999", "6000", "2", "1.2", "MiB", "5", "5.0", "GiB",
+                                "1.5", "KiB"]
+    assert lines[4] == ("WARNING: orders-1: last copy to remote storage failed: "
+                        "RemoteStorageException: bucket unavailable")
+    assert len(lines) == 5
+    # columns line up: every row as wide as the header once trailing space is stripped
+    assert len({len(line) for line in lines[:4]}) == 1
+
+
+def test_format_table_empty() -> None:
+    assert format_table({"broker_id": 1, "partitions": []}) == "no partitions\n"
+
+
+def test_parse_host_port() -> None:
+    assert parse_host_port("localhost:9092") == ("localhost", 9092)
+    assert parse_host_port("localhost") == ("localhost", 9092)
+    assert parse_host_port("[::1]:19092") == ("::1", 19092)
+    for bad in ("", ":9092", "h:port", "h:70000", "[::1"):
+        with pytest.raises(ValueError):
+            parse_host_port(bad)
+
+
+# -- discovery against fakes -------------------------------------------------------------------
+
+def _response_frame(api_key: int, version: int, correlation: int, **body: Any) -> bytes:
+    cls = load_response_schema(api_key, version)
+    buf = io.BytesIO()
+    entity_writer(cls.__header_schema__)(buf, make(cls.__header_schema__, correlation_id=correlation))
+    entity_writer(cls)(buf, make(cls, **body))
+    raw = buf.getvalue()
+    return struct.pack(">i", len(raw)) + raw
+
+
+@contextmanager
+def fake_broker(configs: dict[str, str | None], node_id: int = 1) -> Iterator[int]:
+    """A Kafka listener answering Metadata v1 and DescribeConfigs v1 for BROKER ``node_id``."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    seen: list[Any] = []
+
+    def recv_exact(conn: socket.socket, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = conn.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError
+            out += chunk
+        return out
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    while True:
+                        (size,) = struct.unpack(">i", recv_exact(conn, 4))
+                        frame = recv_exact(conn, size)
+                        api_key, version, correlation = struct.unpack(">hhi", frame[:8])
+                        seen.append((api_key, version))
+                        if api_key == 3:
+                            conn.sendall(_response_frame(3, 1, correlation, controller_id=node_id, topics=[],
+                                                         brokers=[{"node_id": node_id, "host": "127.0.0.1",
+                                                                   "port": port, "rack": None}]))
+                        elif api_key == 32:
+                            conn.sendall(_response_frame(32, 1, correlation, throttle_time=0, results=[{
+                                "error_code": 0, "error_message": None, "resource_type": 4,
+                                "resource_name": str(node_id),
+                                "configs": [{"name": k, "value": v, "read_only": True, "config_source": 5,
+                                             "is_sensitive": False, "synonyms": []} for k, v in configs.items()]}]))
+                        else:
+                            return
+                except (ConnectionError, OSError):
+                    continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        server.close()
+        thread.join(5)
+    assert (3, 1) in seen
+
+
+@contextmanager
+def fake_admin_http(payload: dict[str, Any]) -> Iterator[int]:
+    body = json.dumps(payload).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            if self.path != "/v1/tiers":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="strata")
+    add_tiers_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["tiers", *argv])
+
+
+def test_discovers_the_endpoint_and_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    with fake_admin_http(PAYLOAD) as http_port, \
+            fake_broker({"metrics.port": str(http_port), "metrics.host": "0.0.0.0"}) as port:
+        assert fetch_tiers(f"127.0.0.1:{port}") == PAYLOAD
+        assert main_tiers(parse(["--bootstrap", f"127.0.0.1:{port}"])) == 0
+        out = capsys.readouterr().out
+        assert out == format_table(PAYLOAD)
+        args = parse(["--bootstrap", f"127.0.0.1:{port}", "--topic", "audit", "--json"])
+        assert args.func(args, None) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["broker_id"] == 1 and [p["topic"] for p in doc["partitions"]] == ["audit"]
+        assert main_tiers(parse(["--bootstrap", f"127.0.0.1:{port}", "--topic", "nope"])) == 1
+        assert "topic 'nope'" in capsys.readouterr().err
+
+
+def test_metrics_port_disabled(capsys: pytest.CaptureFixture[str]) -> None:
+    with fake_broker({"metrics.port": "-1", "metrics.host": "127.0.0.1"}) as port:
+        assert main_tiers(parse(["--bootstrap", f"127.0.0.1:{port}"])) == 1
+    err = capsys.readouterr().err
+    assert "metrics endpoint disabled on the broker: set metrics.port" in err
+
+
+def test_metrics_port_not_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    with fake_broker({}) as port:
+        assert main_tiers(parse(["--bootstrap", f"127.0.0.1:{port}"])) == 1
+    assert "does not report metrics.port" in capsys.readouterr().err
+
+
+def test_broker_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    assert main_tiers(parse(["--bootstrap", f"127.0.0.1:{port}", "--timeout", "2"])) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("strata tiers: broker unreachable: cannot connect to 127.0.0.1:") and err.count("\n") == 1
+
+
+def test_metrics_endpoint_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        dead_port = s.getsockname()[1]
+    with fake_broker({"metrics.port": str(dead_port), "metrics.host": "127.0.0.1"}) as port:
+        assert main_tiers(parse(["--bootstrap", f"127.0.0.1:{port}", "--timeout", "2"])) == 1
+    assert f"metrics endpoint http://127.0.0.1:{dead_port}/v1/tiers unreachable" in capsys.readouterr().err
