@@ -21,6 +21,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient
 
+from strata.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, uuid_to_str
+from strata.tiered.metadata.serde import deserialize
 from strata.tiered.storage.local import read_events
 
 WAIT_S = 30.0
@@ -184,3 +186,84 @@ class TieredBroker:
         copied = {e["segment_id"] for e in self.events("COPY_SEGMENT", topic, partition)}
         deleted = {e["segment_id"] for e in self.events("DELETE_SEGMENT", topic, partition)}
         return len(copied - deleted)
+
+
+def metadata_states(b: TieredBroker, topic: str | None = None,
+                    partition: int | None = None) -> dict[str, tuple[int, int]]:
+    """Every segment id in ``__remote_log_metadata`` (read with a real consumer, decoded with Kafka's
+    record format) -> (start offset, latest state); optionally of one topic partition."""
+    meta = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics("__remote_log_metadata", timeout=10)
+    partitions = list(meta.topics["__remote_log_metadata"].partitions)
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"meta-{time.monotonic_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    states: dict[str, tuple[int, int]] = {}
+    try:
+        consumer.assign([CkTopicPartition("__remote_log_metadata", p, 0) for p in partitions])
+        eof: set[int] = set()
+        deadline = time.monotonic() + WAIT_S
+        while len(eof) < len(partitions) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                eof.add(msg.partition())
+                continue
+            md = deserialize(msg.value())
+            tip = getattr(md, "topic_id_partition", None)
+            if tip is None or (topic is not None and (tip.topic, tip.partition) != (topic, partition)):
+                continue
+            if isinstance(md, RemoteLogSegmentMetadata):
+                states[uuid_to_str(md.remote_log_segment_id.id)] = (md.start_offset, int(md.state))
+            elif isinstance(md, RemoteLogSegmentMetadataUpdate):
+                sid = uuid_to_str(md.remote_log_segment_id.id)
+                states[sid] = (states[sid][0], int(md.state))
+    finally:
+        consumer.close()
+    return states
+
+
+class S3TieredBroker(TieredBroker):
+    """The same broker with the ``s3`` RSM on a real S3 server (SeaweedFS). S3 keeps no event
+    history, so observations come from the bucket listing, ``__remote_log_metadata`` and the
+    broker's Prometheus counters instead."""
+
+    def __init__(self, tmp: Path, s3: Any, key_prefix: str, **props: str) -> None:
+        rsm = {f"rsm.config.{k}": str(v) for k, v in s3.rsm_config().items() if k != "broker.id"}
+        super().__init__(tmp, **{"remote.log.storage.manager.class.name": "s3",
+                                 "rsm.config.key.prefix": key_prefix, **rsm, **props})
+        self.s3 = s3
+        self.key_prefix = key_prefix
+
+    def segment_objects(self, topic: str, partition: int) -> list[tuple[int, str]]:
+        """(start offset, segment id) of every ``.log`` object of the partition in the bucket."""
+        out = []
+        for key in self.s3.list_keys(self.key_prefix):
+            parts = key[len(self.key_prefix):].split("/")
+            if len(parts) == 3 and parts[0][:-23] == topic and parts[1] == str(partition) \
+                    and parts[2].endswith(".log"):
+                start, segment_id = parts[2][:20], parts[2][21:-4]  # the id may contain "-"
+                out.append((int(start), segment_id))
+        return out
+
+    def wait_offloaded(self, topic: str, partition: int, base_offsets: list[int]) -> None:
+        wait_until(f"segments {base_offsets} of {topic}-{partition} in the bucket",
+                   lambda: set(base_offsets) <= {s for s, _ in self.segment_objects(topic, partition)})
+
+    def remote_records(self, topic: str, partition: int) -> int:
+        return len(self.segment_objects(topic, partition))
+
+    def delete_count(self, topic: str, partition: int) -> int:
+        return sum(1 for _, state in metadata_states(self, topic, partition).values() if state == 3)
+
+    def fetch_count(self, topic: str, partition: int) -> int:
+        """Remote reads of the topic (RemoteFetchRequestsPerSec), from the broker's /metrics."""
+        import re
+        import urllib.request
+
+        from strata.tools.tiers import metrics_endpoint
+
+        host, port = metrics_endpoint(self.bootstrap)
+        text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+        pattern = "RemoteFetchRequestsPerSec_total" + re.escape(f'{{topic="{topic}"}}') + r" (\d+)"
+        m = re.search(pattern, text)
+        return int(m.group(1)) if m else 0

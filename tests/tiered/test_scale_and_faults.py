@@ -7,7 +7,7 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
-from tests.tiered.harness import WAIT_S, TieredBroker, wait_until
+from tests.tiered.harness import WAIT_S, TieredBroker, metadata_states, wait_until
 
 from strata.tiered.storage.local import read_events
 
@@ -140,41 +140,6 @@ def test_kill_9_during_copy_loses_nothing_and_cleans_dangling_uploads(tmp_path) 
         assert_metadata_settled(b, "t", expected_finished=39)
     finally:
         b.stop()
-
-
-def metadata_states(b: TieredBroker) -> dict[str, tuple[int, int]]:
-    """Every segment id in ``__remote_log_metadata`` (read with a real consumer, decoded with Kafka's
-    record format) -> (start offset, latest state)."""
-    from confluent_kafka.admin import AdminClient
-
-    from strata.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, uuid_to_str
-    from strata.tiered.metadata.serde import deserialize
-
-    meta = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics("__remote_log_metadata", timeout=10)
-    partitions = list(meta.topics["__remote_log_metadata"].partitions)
-    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"meta-{time.monotonic_ns()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    states: dict[str, tuple[int, int]] = {}
-    try:
-        consumer.assign([CkTopicPartition("__remote_log_metadata", p, 0) for p in partitions])
-        eof: set[int] = set()
-        deadline = time.monotonic() + WAIT_S
-        while len(eof) < len(partitions) and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                eof.add(msg.partition())
-                continue
-            md = deserialize(msg.value())
-            if isinstance(md, RemoteLogSegmentMetadata):
-                states[uuid_to_str(md.remote_log_segment_id.id)] = (md.start_offset, int(md.state))
-            elif isinstance(md, RemoteLogSegmentMetadataUpdate):
-                sid = uuid_to_str(md.remote_log_segment_id.id)
-                states[sid] = (states[sid][0], int(md.state))
-    finally:
-        consumer.close()
-    return states
 
 
 def assert_metadata_settled(b: TieredBroker, topic: str, expected_finished: int) -> None:
