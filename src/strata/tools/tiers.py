@@ -46,6 +46,8 @@ def add_tiers_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     p.add_argument("--bootstrap", "--bootstrap-server", dest="bootstrap", default=DEFAULT_BOOTSTRAP,
                    metavar="HOST:PORT", help=f"the broker's Kafka listener (default {DEFAULT_BOOTSTRAP})")
     p.add_argument("--topic", default=None, help="only this topic's partitions")
+    p.add_argument("--all", action="store_true", dest="show_internal",
+                   help="include internal topics (__consumer_offsets, __remote_log_metadata)")
     p.add_argument("--json", action="store_true", help="print the broker's JSON instead of a table")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
                    help=f"network timeout (default {TIMEOUT_S:g})")
@@ -72,6 +74,9 @@ def main_tiers(args: argparse.Namespace) -> int:
             print(f"strata tiers: topic {topic!r} has no partitions on broker {payload.get('broker_id')}",
                   file=sys.stderr)
             return 1
+    elif not getattr(args, "show_internal", False):
+        payload = {**payload, "partitions": [p for p in payload["partitions"]
+                                             if not str(p.get("topic", "")).startswith("__")]}
     if args.json:
         json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
