@@ -32,7 +32,7 @@ from tests.broker.kafka_wire import WireClient
 
 TIMEOUT_S = 15
 HOUR_MS = 3_600_000
-STATIC = {"log.retention.hours": "48", "log.retention.check.interval.ms": "200"}
+STATIC = {"log.retention.hours": "48", "log.retention.check.interval.ms": "200", "log.initial.task.delay.ms": "200"}
 
 
 @pytest.fixture(scope="module")

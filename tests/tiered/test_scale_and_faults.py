@@ -178,3 +178,25 @@ def test_dangling_uploads_after_kill_9_are_cleaned(tmp_path) -> None:  # type: i
         assert [o for o, _, _ in b.consume("t", 0, 0, 4)] == [0, 1, 2, 3]
     finally:
         b.stop()
+
+
+def test_topic_deleted_while_the_store_is_down_is_cleaned_after_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The remote deletion of a deleted topic fails (store down), then kill -9: at the next start the
+    broker finds the partitions of the gone topic in the metadata and deletes their remote data."""
+    fault = tmp_path / "store-down"
+    b = TieredBroker(tmp_path, **{"rsm.config.fault.file": str(fault)}).start()
+    try:
+        b.create_topic("t", max_batches_per_segment=1)
+        b.produce("t", 0, [(f"k{i}", f"v{i}") for i in range(3)])
+        b.wait_offloaded("t", 0, [0, 1])
+        fault.touch()
+        b.delete_topic("t")
+        time.sleep(0.5)
+        assert b.delete_count("t", 0) == 0
+        b.broker.kill()
+        fault.unlink()
+        b.broker.start()
+        wait_until("remote data of the deleted topic removed", lambda: b.delete_count("t", 0) == 2)
+        assert list(b.remote_dir.rglob("*.log")) == []
+    finally:
+        b.stop()

@@ -310,6 +310,12 @@ class Broker:
         for info in self.topics:
             self._lead(info)
 
+        def is_live(tip: TopicIdPartition) -> bool:
+            info = self.topics.get(tip.topic)
+            return info is not None and info.topic_id == tip.topic_id and tip.partition < info.partitions
+
+        rlm.sweep_orphans(is_live)
+
     async def _periodic(self, interval_ms: int, fn: Any, name: str, initial_delay_ms: int | None = None) -> None:
         await asyncio.sleep((interval_ms if initial_delay_ms is None else initial_delay_ms) / 1000)
         while True:

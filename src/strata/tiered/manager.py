@@ -232,6 +232,27 @@ class RemoteLogManager:
             self._update_state(md, S.DELETE_SEGMENT_FINISHED)
         return len(segments)
 
+    def sweep_orphans(self, is_live: Callable[[TopicIdPartition], bool]) -> asyncio.Task[None]:
+        """Once the metadata is loaded, delete the remote data of partitions whose topic is gone
+        (a deletion interrupted by a crash or by the store being down)."""
+        async def sweep() -> None:
+            wait = getattr(self.rlmm, "wait_until_ready", None)
+            known = getattr(self.rlmm, "known_partitions", None)
+            if known is None:
+                return
+            while wait is not None and not await self._run(self._expiration, wait, 1.0):
+                if self._closed:
+                    return
+            orphans = [tip for tip in known() if not is_live(tip)]
+            if orphans:
+                log.info("deleting the remote data of %d partitions of deleted topics", len(orphans))
+                await self._delete_partitions(orphans)
+
+        task = asyncio.get_running_loop().create_task(sweep(), name="rlm-orphan-sweep")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
     def tiered(self, tp: TopicPartition) -> PartitionTierState | None:
         return self._partitions.get(tp)
 

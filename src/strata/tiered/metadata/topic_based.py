@@ -691,6 +691,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def assigned_partitions(self) -> set[TopicIdPartition]:
         return set(self._assigned)
 
+    def known_partitions(self) -> set[TopicIdPartition]:
+        """Every user partition with metadata in the cache (found at load, or written since):
+        the broker deletes the remote data of those whose topic no longer exists."""
+        with self._lock:
+            return {tp for tp, _ in self._store.items()}
+
     # -- snapshot ---------------------------------------------------------------------------------
 
     def _snapshot_loop(self) -> None:
