@@ -324,7 +324,8 @@ class PartitionLog:
         first = self.local_log.segments.active.base_offset if self.local_log.segments.first is None else \
             self.local_log.segments.first.base_offset
         self.local_log_start_offset = max(self.local_log_start_offset, first)
-        if move_log_start or not self.remote_log_enabled:
+        copy_enabled = self.remote_log_enabled and not self.config.remote_log_copy_disable
+        if move_log_start or not copy_enabled:  # only uploads keep the data below a local deletion
             self._increment_log_start_offset(first)
         return len(deletable)
 

@@ -31,13 +31,12 @@ class RetentionView:
 
     @property
     def retention_ms(self) -> int:
-        return self.config.local_retention_ms_effective if self.remote_log_enabled else self.config.retention_ms
+        """``local.retention.ms`` while segments are copied; with copying off (KIP-950), ``retention.ms``."""
+        return self.config.local_retention_ms_effective if self.copy_enabled else self.config.retention_ms
 
     @property
     def retention_bytes(self) -> int:
-        if self.remote_log_enabled:
-            return self.config.local_retention_bytes_effective
-        return self.config.retention_bytes
+        return self.config.local_retention_bytes_effective if self.copy_enabled else self.config.retention_bytes
 
     @property
     def copy_enabled(self) -> bool:
