@@ -1,7 +1,7 @@
 """``make bench``: local-log throughput against plain file I/O, and broker produce/consume
 throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--only log|broker] [--reps N] [--total-mib N] [--segment-mib N]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered] [--reps N] [--total-mib N] [--segment-mib N]
                                   [--broker-mib N] [--dir PATH] [--profile-broker]
 
 Prints tables (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json and
@@ -22,6 +22,7 @@ from pathlib import Path
 import broker_bench
 import log_bench
 import report as bench_report
+import tiered_bench
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=OUT / "work",
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
-    parser.add_argument("--only", choices=["log", "broker"], help="run one benchmark (default: both)")
+    parser.add_argument("--only", choices=["log", "broker", "tiered"], help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
                         help="where to write the broker results")
@@ -63,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.profile_broker:
         return profile_broker(args)
-    if args.only != "broker":
+    if args.only in (None, "log"):
         run_log_bench(args)
-    if args.only != "log":
+    if args.only in (None, "broker"):
         run_broker_bench(args)
+    if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
+        return tiered_bench.main(["--quick"] if args.quick else [])
     return 0
 
 

@@ -9,15 +9,11 @@ by :func:`strata.protocol.build.make` for that version.
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
-from strata.protocol.build import make, zero_values
+from strata.tools import wire
 
 _SIZE = struct.Struct(">i")
 
@@ -25,26 +21,10 @@ _SIZE = struct.Struct(">i")
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None = "strata-test",
                    **fields: Any) -> bytes:
     """A whole request frame (size prefix included) for ``api_key`` at ``version``."""
-    cls = load_request_schema(api_key, version)
-    body = make(cls, **{**zero_values(cls), **fields})
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    header_values = {"request_api_key": api_key, "request_api_version": version, "correlation_id": correlation_id,
-                     "client_id": client_id}
-    entity_writer(header_cls)(buf, make(header_cls, **header_values))
-    entity_writer(cls)(buf, body)
-    raw = buf.getvalue()
-    return _SIZE.pack(len(raw)) + raw
+    return wire.encode_request(api_key, version, correlation_id, client_id, **fields)
 
 
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
-    """(correlation id, response body) from a frame without its size prefix."""
-    cls = load_response_schema(api_key, version)
-    header, used = entity_reader(cls.__header_schema__)(frame, 0)
-    body, n = entity_reader(cls)(frame, used)
-    if used + n != len(frame):
-        raise ValueError(f"{len(frame) - used - n} trailing bytes after {cls.__name__} v{version}")
-    return header.correlation_id, body
+decode_response = wire.decode_response
 
 
 class WireClient:

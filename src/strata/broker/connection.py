@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECV_BYTES = 256 * 1024
+LARGE_PART = 64 * 1024  # buffers at least this big are sent as they are instead of copied into one
 MSG_MORE = getattr(socket, "MSG_MORE", 0)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -74,7 +75,7 @@ async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
         loop.remove_writer(fd)
 
 
-async def send_bytes(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | bytearray,
+async def send_bytes(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | bytearray | memoryview,
                      more: bool = False) -> None:
     """``send`` until done on a non-blocking socket; ``more``: file data follows (``MSG_MORE``).
 
@@ -246,8 +247,14 @@ class ClientConnection:
             return
         pending = bytearray()
         for part in parts:
-            if isinstance(part, (bytes, bytearray)):
-                pending += part
+            if isinstance(part, (bytes, bytearray, memoryview)):
+                if len(part) < LARGE_PART:
+                    pending += part
+                    continue
+                if pending:  # a large buffer (remote-tier records) goes out as is, not copied
+                    await send_bytes(loop, sock, pending, more=True)
+                    pending = bytearray()
+                await send_bytes(loop, sock, part, more=True)
                 continue
             if pending:
                 await send_bytes(loop, sock, pending, more=True)

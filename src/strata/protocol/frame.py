@@ -33,6 +33,7 @@ from kio.static.constants import EntityType
 
 from strata.errors import CorruptRecordError
 from strata.protocol.build import make, zero_values
+from strata.protocol.records.varint import encode_uvarint
 
 log = logging.getLogger(__name__)
 
@@ -157,45 +158,40 @@ class Splice:
         self.size = size
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def encode_body(body: Any, correlation_id: int) -> bytes:
+    """The whole frame, size prefix included (patched in place: one copy of the body, not three)."""
     header_cls = type(body).__header_schema__
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
     entity_writer(type(body))(buf, body)
+    view = buf.getbuffer()
+    _SIZE.pack_into(view, 0, len(view) - 4)
+    del view  # a live export would stop getvalue() from sharing the buffer
     return buf.getvalue()
 
 
 def encode_response(body: Any, correlation_id: int, splices: list[Splice] | None = None) -> list[Any]:
-    """The response frame as parts: ``bytes``, and each splice's payload where its records go."""
+    """The response frame as parts: ``bytes``, and each splice's payload where its records go.
+
+    Splices may be listed in any order (a fetch adds remote reads after local ones): they are
+    placed by where their markers sit in the encoded body.
+    """
     raw = encode_body(body, correlation_id)
     if not splices:
-        view = bytearray(raw)
-        _SIZE.pack_into(view, 0, len(raw) - 4)
-        return [bytes(view)]
+        return [raw]
     flexible = type(body).__flexible__
     marker_len = len(splices[0].marker)
-    legacy_prefix = _SIZE.pack(marker_len)
-    compact_prefix = _uvarint(marker_len + 1)
+    prefix = encode_uvarint(marker_len + 1) if flexible else _SIZE.pack(marker_len)
+    placed = sorted((raw.find(splice.marker, 4), splice) for splice in splices)
     parts: list[Any] = []
     total = len(raw) - 4
     pos = 4
-    for splice in splices:
-        at = raw.find(splice.marker, pos)
-        prefix = compact_prefix if flexible else legacy_prefix
+    for at, splice in placed:
         start = at - len(prefix)
         if at < 0 or raw[start:at] != prefix:
             raise ValueError("a splice marker is missing from the encoded response")
-        new_prefix = _uvarint(splice.size + 1) if flexible else _SIZE.pack(splice.size)
+        new_prefix = encode_uvarint(splice.size + 1) if flexible else _SIZE.pack(splice.size)
         parts.append(raw[pos:start] + new_prefix)
         parts.append(splice.payload)
         total += len(new_prefix) - len(prefix) + splice.size - marker_len

@@ -69,7 +69,9 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
     """(correlation id, response body) from a frame without its size prefix."""
     cls = load_response_schema(api_key, version)
     header, used = entity_reader(cls.__header_schema__)(frame, 0)
-    body, _ = entity_reader(cls)(frame, used)
+    body, n = entity_reader(cls)(frame, used)
+    if used + n != len(frame):
+        raise ValueError(f"{len(frame) - used - n} trailing bytes after {cls.__name__} v{version}")
     return header.correlation_id, body
 
 

@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 
 from strata.errors import CorruptRecordError
+from strata.protocol.records.varint import encode_uvarint
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -112,10 +113,7 @@ class _Writer:
         self.out += _I64.pack(v)
 
     def uvarint(self, v: int) -> None:
-        while v >= 0x80:
-            self.out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.out.append(v)
+        self.out += encode_uvarint(v)
 
     def string(self, v: str | None) -> None:
         if v is None:

@@ -152,8 +152,14 @@ async def _complete_remote_reads(ctx: RequestContext, state: _FetchState) -> Non
                         plog.topic_partition.partition, type(e).__name__, e)
             out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
             continue
-        out["records"] = result.records
-        state.bytes += len(result.records)
+        size = len(result.records)
+        if size >= INLINE_BYTES:  # spliced into the response frame, never copied into the body
+            splice = Splice(result.records, size)
+            state.splices.append(splice)
+            out["records"] = splice.marker
+        else:
+            out["records"] = bytes(result.records)
+        state.bytes += size
         if result.aborted_txns is not None:
             aborted = list(result.aborted_txns)
             if not result.aborted_txns_complete:  # the rest lives in the local segments

@@ -47,3 +47,17 @@ def size_of_varint(value: int) -> int:
         raw >>= 7
         n += 1
     return n
+
+
+def encode_uvarint(n: int) -> bytes:
+    """Kafka's ``writeUnsignedVarint`` (compact lengths, tagged fields): 1-5 bytes for 0..2^32-1."""
+    if n < 0 or n > 0xFFFFFFFF:
+        raise ValueError(f"unsigned varint out of range: {n}")
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

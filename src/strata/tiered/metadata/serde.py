@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from strata.protocol.records.varint import encode_uvarint
 from strata.tiered.api import (
     RemoteLogMetadata,
     RemoteLogSegmentId,
@@ -116,19 +117,6 @@ class RemoteLogSegmentMetadataSnapshot:
 
 
 # -- encoding ----------------------------------------------------------------------------------
-
-
-def encode_uvarint(n: int) -> bytes:
-    if n < 0 or n > 0xFFFFFFFF:
-        raise ValueError(f"unsigned varint out of range: {n}")
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _compact_string(value: str, field: str) -> bytes:
