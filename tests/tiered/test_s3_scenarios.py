@@ -15,7 +15,10 @@ from tests.tiered.test_kafka_scenarios import consume_and_check, kv
 
 @pytest.fixture
 def s3_tiered(tmp_path: Path, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:  # noqa: F811
-    b = S3TieredBroker(tmp_path, seaweedfs, key_prefix=f"test-{uuid.uuid4().hex[:8]}/").start()
+    # the S3 client's retries against a dead endpoint take ~0.5 s: wait longer than that for remote reads,
+    # so a read during the outage answers its error instead of expiring empty
+    b = S3TieredBroker(tmp_path, seaweedfs, key_prefix=f"test-{uuid.uuid4().hex[:8]}/",
+                       **{"remote.fetch.max.wait.ms": "3000"}).start()
     try:
         yield b
     finally:

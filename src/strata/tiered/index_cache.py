@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, NamedTuple, TypeVar
 
 from strata.errors import KafkaStorageError
 from strata.log.errors import CorruptIndexError
@@ -64,6 +64,13 @@ _SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _T = TypeVar("_T")
 _INDEX_TYPES = {INDEX_SUFFIX: IndexType.OFFSET, TIME_INDEX_SUFFIX: IndexType.TIMESTAMP,
                 TXN_INDEX_SUFFIX: IndexType.TRANSACTION}
+
+
+class OffsetLookup(NamedTuple):
+    """``RemoteIndexCache.lookup_offset``: where to scan from, and where the wanted batch starts at the latest."""
+
+    position: int
+    next_position: int | None
 
 
 class RemoteIndexCacheClosedError(RuntimeError):
@@ -133,11 +140,21 @@ class RemoteIndexCache:
 
     # -- public API ----------------------------------------------------------------------------
 
-    def lookup_offset(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
-        """File position of the largest indexed offset <= ``offset`` (0 if none): where a scan starts."""
+    def lookup_offset(self, md: RemoteLogSegmentMetadata, offset: int) -> OffsetLookup:
+        """Where a scan for ``offset`` starts, and the position by which its batch has started.
+
+        ``position`` is the file position of the largest indexed offset <= ``offset`` (0 if none), as
+        Kafka's ``OffsetIndex.lookup``. Entries are keyed by a batch's *last* offset, so at a batch
+        boundary (every consumer fetch after the first) that is the *previous* batch, which can be far
+        bigger than the reader's scan slack. ``next_position`` is the next entry's position: that
+        entry's batch holds a larger offset, so the batch holding ``offset`` starts no later. The
+        reader sizes its single ranged read from it. None when no entry follows: the batch then
+        starts within ``index.interval.bytes`` of ``position`` (the log adds an entry as soon as more
+        than that many bytes were appended since the last one).
+        """
         entry = self._acquire(md)
         try:
-            return entry.offset_index.lookup(offset).position
+            return _lookup_with_next(entry.offset_index, offset)
         finally:
             self._release(entry)
 
@@ -461,6 +478,21 @@ def _decode_uuid(text: str) -> bytes:
     if len(raw) != 16:
         raise ValueError(f"not a segment id: {text!r}")
     return raw
+
+
+def _lookup_with_next(index: OffsetIndex, offset: int) -> OffsetLookup:
+    """``index.lookup(offset).position`` plus the position of the entry after it (binary search:
+    entries are strictly increasing in offset)."""
+    lo, hi = 0, index.entries  # find the first entry whose offset is > ``offset``
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if index.entry(mid).offset <= offset:
+            lo = mid + 1
+        else:
+            hi = mid
+    position = index.entry(lo - 1).position if lo > 0 else 0
+    next_position = index.entry(lo).position if lo < index.entries else None
+    return OffsetLookup(position, next_position)
 
 
 def _open_offset_index(path: Path, start_offset: int) -> OffsetIndex:

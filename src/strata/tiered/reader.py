@@ -9,10 +9,18 @@ Two deliberate departures from Kafka:
 
 * **Every segment read is a bounded range.** Kafka calls ``fetchLogSegment(md, startPos)`` with no
   end and stops reading the stream once ``maxBytes`` is filled, so an object store cannot bound the
-  GET (reference §7.1 item 3). Here the first request covers ``[startPos, startPos + maxBytes +
-  scan slack)``: the slack absorbs the batches skipped between the index entry and the fetch offset,
-  so the common read is one GET. A second, exact GET is made only when the first batch is larger
-  than the window (``min_one_message``) or the skip was longer than the slack.
+  GET (reference §7.1 item 3). Here one request covers ``[startPos, max(nextPos, startPos) +
+  maxBytes + scan slack)``, where ``nextPos`` is the index entry after ``startPos``'s: offset index
+  entries are keyed by a batch's *last* offset, so a fetch at a batch boundary (every consumer fetch
+  after the first) looks up the previous batch, and the batch holding the offset starts no later
+  than ``nextPos``. The slack covers the header scan past the last index entry. A second, exact GET
+  is made only when the first batch is larger than the window (``min_one_message``) or the skip was
+  longer than expected (an ``index.interval.bytes`` above the slack, past the last entry).
+* **No copies on the reader thread.** A read goes straight into one preallocated buffer through the
+  stream's ``readinto``, and the records are returned as a read-only view of it. A stream that
+  already holds the whole range in memory (the S3 RSM's: one ranged GET into a Rust-owned buffer)
+  may offer ``read_view(n)``, up to ``n`` bytes as a read-only ``memoryview`` (fewer only at the end
+  of the stream); that buffer then serves as the window itself, without even the one copy.
 * **Whole batches only**, as Strata's local read returns: the bytes after the last whole batch within
   ``max_bytes`` are dropped instead of being sent as a partial batch. With ``min_one_message`` the
   first batch is returned whole even when it alone exceeds ``max_bytes``.
@@ -54,7 +62,11 @@ LeaderEpochs = Sequence[tuple[int, int]]
 class RemoteFetchResult:
     """What a remote read returns, enough for the fetch response and the read_committed follow-up.
 
-    ``records`` is whole batches from one remote segment (empty when nothing qualifies).
+    ``records`` is whole batches from one remote segment (empty when nothing qualifies): a read-only
+    ``memoryview`` of the buffer the store read into, so the bytes are never copied on the reader
+    thread (``b""`` when empty). Consumers need only ``len()`` and the buffer protocol (the fetch
+    handler splices it into the response or takes ``bytes()`` of a small one); the view keeps the
+    whole read window alive, so do not hold on to it past the response.
     ``first_batch_offset`` is the base offset of the first batch, or the fetch offset when empty.
     ``aborted_txns`` is None unless the read was read_committed. If ``aborted_txns_complete`` is
     False, the remote txn indexes ran out before proving completeness (Kafka then goes on into the
@@ -63,7 +75,7 @@ class RemoteFetchResult:
     the thread that owns the log.
     """
 
-    records: bytes
+    records: bytes | memoryview
     first_batch_offset: int
     aborted_txns: list[AbortedTxn] | None = None
     aborted_txns_complete: bool = True
@@ -90,38 +102,68 @@ def offset_out_of_range(tp: TopicIdPartition, offset: int, epoch: int | None) ->
 
 
 def fetch_remote_segment_bytes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int,
-                               end: int) -> bytes:
-    """Bytes ``[start, end)`` of a remote segment in one bounded ranged read (fewer at the segment end).
-
-    ``end`` is exclusive here; the RSM API's ``end_position`` is inclusive, hence ``end - 1``.
-    """
+                               end: int) -> memoryview:
+    """Bytes ``[start, end)`` of a remote segment in one bounded ranged read (fewer at the segment end),
+    as a read-only view of the buffer they were read into (the stream's own with ``read_view``)."""
     if end <= start:
-        return b""
-    stream = rsm.fetch_log_segment(md, start, end - 1)
+        return memoryview(b"")
+    stream = rsm.fetch_log_segment(md, start, end - 1)  # the RSM API's end_position is inclusive
     try:
-        return _read_fully(stream, end - start)
+        read_view = getattr(stream, "read_view", None)
+        if read_view is not None:
+            return memoryview(read_view(end - start)).cast("B").toreadonly()[:end - start]
+        buf = bytearray(end - start)
+        got = _read_into(stream, memoryview(buf))
+        return memoryview(buf).toreadonly()[:got]
     finally:
         stream.close()
 
 
-def _read_fully(stream: BinaryIO, n: int) -> bytes:
-    """Up to ``n`` bytes: streams may return short reads; a store that ignores the range is cut off."""
-    first = stream.read(n)
-    if len(first) >= n or not first:
-        return first[:n]
-    chunks = [first]
-    got = len(first)
+def read_segment_range_into(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int,
+                            out: memoryview) -> int:
+    """Fill ``out`` with the segment's bytes from ``start`` in one bounded ranged read; returns how
+    many bytes came (fewer only at the segment end).
+
+    ``end_position`` in the RSM API is inclusive, hence ``start + len(out) - 1``.
+    """
+    if not len(out):
+        return 0
+    stream = rsm.fetch_log_segment(md, start, start + len(out) - 1)
+    try:
+        return _read_into(stream, out)
+    finally:
+        stream.close()
+
+
+def _read_into(stream: BinaryIO, out: memoryview) -> int:
+    """Read until ``out`` is full or the stream ends; returns the bytes read.
+
+    ``readinto`` lets the stream write straight into ``out`` (no per-read allocation, no join); a
+    stream without it (a third-party RSM's) falls back to ``read``, one copy per chunk. Streams may
+    return short reads; a store that ignores the range is cut off at ``len(out)``.
+    """
+    n = len(out)
+    got = 0
+    readinto = getattr(stream, "readinto", None)
     while got < n:
-        chunk = stream.read(n - got)
-        if not chunk:
+        if readinto is not None:
+            k = readinto(out[got:]) or 0
+        else:
+            chunk = stream.read(n - got)
+            k = min(len(chunk), n - got)
+            out[got:got + k] = memoryview(chunk)[:k]
+        if k <= 0:
             break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)[:n]
+        got += k
+    return got
 
 
 class _SegmentWindow:
-    """A contiguous window of one remote segment's bytes, grown by bounded ranged reads on demand."""
+    """A contiguous window of one remote segment's bytes, grown by bounded ranged reads on demand.
+
+    ``data`` is a read-only view of a buffer the store read straight into; slices of it are handed
+    out as records, so a window's buffer is never written after the read that filled it.
+    """
 
     def __init__(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> None:
         self._rsm = rsm
@@ -129,7 +171,7 @@ class _SegmentWindow:
         size = md.segment_size_in_bytes
         self.segment_size = size if size > 0 else None  # unknown size: rely on short reads
         self.start = 0
-        self.data: bytes = b""
+        self.data = memoryview(b"")
         self._eof_at: int | None = None
 
     @property
@@ -153,22 +195,42 @@ class _SegmentWindow:
         if self.start <= position and want <= self.end:
             return False  # the segment ends first and all of it is here
         if not self.start <= position <= self.end:
-            self.start, self.data = position, b""
+            self.start, self.data = position, memoryview(b"")
         fetch_from = self.end
         fetch_to = max(want, read_ahead_to)
         if limit is not None:
             fetch_to = min(fetch_to, limit)
         if fetch_to > fetch_from:
-            chunk = fetch_remote_segment_bytes(self._rsm, self._md, fetch_from, fetch_to)
-            if len(chunk) < fetch_to - fetch_from:
-                self._eof_at = fetch_from + len(chunk)
-            keep = memoryview(self.data)[position - self.start:]
-            self.data = bytes(keep) + chunk if len(keep) else chunk
-            self.start = position
+            self._fetch(position, fetch_from, fetch_to)
         return self.end >= end
 
+    def _fetch(self, position: int, fetch_from: int, fetch_to: int) -> None:
+        """Read ``[fetch_from, fetch_to)`` into a new buffer behind the kept ``[position, fetch_from)``.
+
+        The store writes into the buffer directly; only the kept bytes are copied (a second read,
+        which the first read's sizing makes rare).
+        """
+        keep = self.data[position - self.start:]
+        if len(keep):
+            buf = bytearray(len(keep) + fetch_to - fetch_from)
+            with memoryview(buf) as view:
+                view[:len(keep)] = keep
+                got = read_segment_range_into(self._rsm, self._md, fetch_from, view[len(keep):])
+            data = memoryview(buf).toreadonly()[:len(keep) + got]
+        else:  # the common case: the window is this one read, in whatever buffer it arrived
+            data = fetch_remote_segment_bytes(self._rsm, self._md, fetch_from, fetch_to)
+            got = len(data)
+        if got < fetch_to - fetch_from:
+            self._eof_at = fetch_from + got
+        self.data = data
+        self.start = position
+
+    def load(self, position: int, end: int) -> None:
+        """One ranged read of ``[position, end)`` (clipped to the segment) before a scan from ``position``."""
+        self.ensure(position, position + 1, end)
+
     def view(self, position: int, end: int) -> memoryview:
-        return memoryview(self.data)[position - self.start:end - self.start]
+        return self.data[position - self.start:end - self.start]
 
     def header(self, position: int, read_ahead: int) -> BatchHeader | None:
         """The batch header at ``position``, None at the end of the segment's data."""
@@ -222,8 +284,12 @@ class RemoteLogReader:
         # A segment may hold no batch at or after the offset (compaction, or aborted-transaction gaps
         # at its end): Kafka then moves to the segment holding end_offset + 1.
         while True:
-            start_pos = self.index_cache.lookup_offset(md, fetch_offset)
+            start_pos, next_pos = self.index_cache.lookup_offset(md, fetch_offset)
+            # The wanted batch starts by next_pos, so one read covers the skip to it plus max_bytes
+            # after it. At the segment's start offset it is the first batch: no skip.
+            starts_by = start_pos if next_pos is None or fetch_offset <= md.start_offset else max(next_pos, start_pos)
             window = _SegmentWindow(self.rsm, md)
+            window.load(start_pos, starts_by + read_ahead)
             first = next(((pos, h) for pos, h in window.headers(start_pos, read_ahead)
                           if h.last_offset >= fetch_offset), None)
             if first is not None:
@@ -239,7 +305,7 @@ class RemoteLogReader:
         end, last_offset = _whole_batches_end(window, position, min(position + limit, window.end))
         if end == position:  # the window was sized for the first batch: the store cut the segment short
             raise TruncatedBatchError(f"remote segment {md.remote_log_segment_id} ends inside a batch", position)
-        records = bytes(window.view(position, end))
+        records = window.view(position, end)  # a view of the read buffer: no copy on this thread
         aborted, complete = None, True
         if read_committed:
             aborted, complete = self._collect_aborted_txns(tp, leader_epochs, md, header.base_offset,

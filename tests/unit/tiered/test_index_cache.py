@@ -120,18 +120,42 @@ def test_lookups_match_the_local_indexes(up, cache):
     for md in up.mds:
         segment = up.local(md)
         for offset in range(md.start_offset - 1, md.end_offset + 2):
-            assert cache.lookup_offset(md, offset) == segment.offset_index.lookup(offset).position
+            assert cache.lookup_offset(md, offset).position == segment.offset_index.lookup(offset).position
         for ts in range(T0 - 5, T0 + 400, 3):
             for start in (0, md.start_offset, md.end_offset):
                 expected = segment.offset_index.lookup(max(start, segment.time_index.lookup(ts).offset)).position
                 assert cache.lookup_timestamp(md, ts, start) == expected
 
 
+def test_lookup_also_gives_the_next_entrys_position(up, cache):
+    """Entries are keyed by a batch's last offset, so the lookup for a batch's base offset finds the
+    previous batch; the next entry bounds where the wanted batch starts (the reader sizes its one
+    ranged read with it). Checked against the local segment's index and batches."""
+    checked_boundaries = 0
+    for md in up.mds:
+        segment = up.local(md)
+        index = segment.offset_index
+        entries = [index.entry(i) for i in range(index.entries)]
+        batches = list(segment.log.iter_headers())
+        for offset in range(md.start_offset, md.end_offset + 1):
+            found = cache.lookup_offset(md, offset)
+            later = [e for e in entries if e.offset > offset]
+            assert found.position == index.lookup(offset).position
+            assert found.next_position == (later[0].position if later else None)
+            holder = next(pos for pos, h in batches if h.last_offset >= offset)
+            assert found.position <= holder
+            if found.next_position is not None:
+                assert holder <= found.next_position
+                if any(h.base_offset == offset for _, h in batches) and holder > found.position:
+                    checked_boundaries += 1  # a batch boundary: the lookup found an earlier batch
+    assert checked_boundaries > 0
+
+
 def test_position_below_the_first_entry_is_zero(up, cache):
     md = up.mds[3]
     assert up.local(md).offset_index.entries > 0
-    assert cache.lookup_offset(md, md.start_offset) == 0
-    assert cache.lookup_offset(md, 0) == 0
+    assert cache.lookup_offset(md, md.start_offset).position == 0
+    assert cache.lookup_offset(md, 0).position == 0
 
 
 def test_missing_transaction_index_becomes_an_empty_file(up, cache):
@@ -175,7 +199,7 @@ def test_size_bound_evicts_least_recently_used_and_deletes_files(up):
 def test_an_entry_larger_than_the_budget_is_served_then_dropped(up):
     md = up.mds[0]
     cache = up.cache(1)
-    assert cache.lookup_offset(md, 5) == up.local(md).offset_index.lookup(5).position
+    assert cache.lookup_offset(md, 5).position == up.local(md).offset_index.lookup(5).position
     assert len(cache) == 0 and cache_files(up) == []
     cache.close()
 
@@ -256,7 +280,7 @@ def test_reload_after_close(up):
     for md in up.mds[:3]:
         segment = up.local(md)
         for offset in range(md.start_offset, md.end_offset + 1):
-            assert reopened.lookup_offset(md, offset) == segment.offset_index.lookup(offset).position
+            assert reopened.lookup_offset(md, offset).position == segment.offset_index.lookup(offset).position
     assert len(up.rsm.index_fetches) == fetches and reopened.miss_count == 0
     reopened.close()
 
@@ -300,7 +324,8 @@ def test_corrupt_file_found_at_startup_is_refetched(up):
         f.write(b"\x01\x02\x03")
     reopened = up.cache()
     assert len(reopened) == 0 and cache_files(up) == []
-    assert reopened.lookup_offset(md, md.end_offset) == up.local(md).offset_index.lookup(md.end_offset).position
+    expected = up.local(md).offset_index.lookup(md.end_offset).position
+    assert reopened.lookup_offset(md, md.end_offset).position == expected
     assert up.rsm.index_fetch_count(md, IndexType.OFFSET) == 2
     reopened.close()
 
@@ -311,7 +336,7 @@ def test_corrupt_file_on_disk_but_not_in_cache_is_refetched(up, cache):
     (directory / names(md)[0]).write_bytes(b"\x00" * 5)  # .index
     valid_time_index = up.rsm.objects[(md.remote_log_segment_id.id, IndexType.TIMESTAMP.name)]
     (directory / names(md)[1]).write_bytes(valid_time_index)  # .timeindex: valid, reused
-    assert cache.lookup_offset(md, md.end_offset) == up.local(md).offset_index.lookup(md.end_offset).position
+    assert cache.lookup_offset(md, md.end_offset).position == up.local(md).offset_index.lookup(md.end_offset).position
     assert up.rsm.index_fetch_count(md, IndexType.OFFSET) == 1
     assert up.rsm.index_fetch_count(md, IndexType.TIMESTAMP) == 0
     assert (directory / names(md)[0]).read_bytes() == up.rsm.objects[(md.remote_log_segment_id.id,
@@ -327,7 +352,7 @@ def test_rsm_returning_a_corrupt_index_raises_and_keeps_nothing(up, cache):
         cache.lookup_offset(md, 0)
     assert len(cache) == 0 and not any(n.endswith((".index", ".tmp")) for n in cache_files(up))
     up.rsm.objects[key] = good
-    assert cache.lookup_offset(md, 0) == 0  # the next lookup tries again
+    assert cache.lookup_offset(md, 0).position == 0  # the next lookup tries again
 
 
 # -- concurrency -------------------------------------------------------------------------------------
@@ -376,7 +401,7 @@ def test_concurrent_lookups_load_each_segment_once(up):
     md = up.mds[4]
     expected = up.local(md).offset_index.lookup(md.end_offset).position
     results: list[int] = []
-    assert run_threads(16, lambda i: results.append(cache.lookup_offset(md, md.end_offset))) == []
+    assert run_threads(16, lambda i: results.append(cache.lookup_offset(md, md.end_offset).position)) == []
     assert results == [expected] * 16
     assert rsm.index_fetch_count(md, IndexType.OFFSET) == 1 and rsm.index_fetch_count(md) == 2
     assert (cache.miss_count, cache.load_count, cache.hit_count) == (1, 1, 15)  # waiters then hit
@@ -393,7 +418,7 @@ def test_a_failed_load_fails_every_waiter_and_is_retried(up):
     assert rsm.index_fetch_count(md) == 1 and len(cache) == 0
     assert not any(n.endswith(".tmp") for n in cache_files(up))
     rsm.fail = None
-    assert cache.lookup_offset(md, 0) == 0
+    assert cache.lookup_offset(md, 0).position == 0
     cache.close()
 
 
@@ -414,7 +439,7 @@ def test_concurrent_reads_with_constant_eviction_always_see_their_files(txn_up):
             md = rng.choice(mds)
             key = md.remote_log_segment_id.id
             assert cache.collect_aborted_txns(md, 0, 10_000) == expected[key]
-            assert cache.lookup_offset(md, md.end_offset) == positions[key]
+            assert cache.lookup_offset(md, md.end_offset).position == positions[key]
             if rng.random() < 0.1:
                 cache.remove(key)
 

@@ -189,3 +189,54 @@ def test_config_errors_name_the_key(tmp_path: Path, make_segment: MakeSegment) -
         LocalTieredStorage().configure({"dir": str(tmp_path), "events.log.enable": "maybe"})
     with pytest.raises(RemoteStorageError, match="not configured"):
         LocalTieredStorage().fetch_index(make_segment(batches=1).metadata, IndexType.OFFSET)
+
+
+def test_a_copy_writes_all_temp_files_then_fsyncs_then_renames_then_one_directory_fsync(
+        tmp_path: Path, make_segment: MakeSegment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small index files no longer pay a write-fsync-rename each: every temp file is written
+    and fsynced before the first rename, and the directory is fsynced once, last."""
+    import strata.tiered.storage.local as local_module
+
+    rsm = local(tmp_path / "remote")
+    seg = make_segment(txn=True)
+    steps: list[tuple[str, str]] = []
+    fsync_path, replace = local_module._fsync_path, local_module.os.replace
+
+    def fsync(path: Path) -> None:
+        steps.append(("fsync", Path(path).name))
+        fsync_path(path)
+
+    def rename(src: Path, dst: Path) -> None:
+        steps.append(("rename", Path(dst).name))
+        replace(src, dst)
+
+    copyfile = local_module.shutil.copyfile
+
+    def copy(src: Path, dst: Path) -> None:  # the file sources (the leader-epoch checkpoint is bytes)
+        steps.append(("write", Path(dst).name))
+        copyfile(src, dst)
+
+    monkeypatch.setattr(local_module, "_fsync_path", fsync)
+    monkeypatch.setattr(local_module.os, "replace", rename)
+    monkeypatch.setattr(local_module.shutil, "copyfile", copy)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    kinds = [kind for kind, _ in steps]
+    assert kinds == ["write"] * 5 + ["fsync"] * 6 + ["rename"] * 6 + ["fsync"]
+    assert all(".tmp-" in name for _, name in steps[:11]) and steps[-1] == ("fsync", str(seg.tp.partition))
+    assert sorted(rsm.segment_files(seg.metadata)) == sorted(
+        ["log", "index", "timeindex", "snapshot", "txnindex", "leader_epoch_checkpoint"])
+    assert rsm.segment_files(seg.metadata)["log"].read_bytes() == seg.log_bytes()
+
+
+def test_a_ranged_fetch_reads_straight_into_the_callers_buffer(tmp_path: Path, make_segment: MakeSegment) -> None:
+    rsm = local(tmp_path / "remote")
+    seg = make_segment()
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    data = seg.log_bytes()
+    buf = bytearray(5000)
+    with rsm.fetch_log_segment(seg.metadata, 10, 4009) as stream:
+        assert stream.readinto(memoryview(buf)[100:]) == 4000  # one read, bounded by the range
+        assert stream.readinto(buf) == 0 and stream.read(10) == b""
+    assert buf[100:4100] == data[10:4010] and buf[:100] == bytes(100)
+    with rsm.fetch_log_segment(seg.metadata, 10, 4009) as stream:
+        assert stream.read(3000) == data[10:3010] and stream.read(3000) == data[3010:4010]

@@ -286,6 +286,8 @@ def test_records_are_whole_batches_within_max_bytes(tiered):
 
 
 def test_segment_reads_are_bounded_ranges(open_log, tmp_path):
+    """Every read is bounded by the skip the offset index allows (to the next entry) plus max_bytes
+    and the slack; a fetch at a segment's start offset reads no skip at all."""
     plog = open_log(LogConfig(segment_bytes=900, index_interval_bytes=200))
     write_log(plog)
     t = make_tiered(plog, tmp_path, scan_slack_bytes=64)
@@ -296,17 +298,26 @@ def test_segment_reads_are_bounded_ranges(open_log, tmp_path):
         for offset in range(BATCHES * RECORDS_PER_BATCH):
             t.rsm.segment_fetches.clear()
             t.read(offset, max_bytes, min_one=False)
+            md = t.md_of(offset)
+            position, next_position = t.cache.lookup_offset(md, offset)
+            skip = next_position - position if next_position is not None and offset > md.start_offset else 0
             for _, start, end in t.rsm.segment_fetches:
-                assert end is not None and end - start + 1 <= max_bytes + 64
+                assert end is not None and end - start + 1 <= skip + max_bytes + 64, (offset, max_bytes)
     t.cache.close()
 
 
-def test_a_first_batch_larger_than_the_window_costs_one_exact_extra_range(open_log, tmp_path):
+def big_batch(records: int = 10, value_size: int = 3000) -> bytes:
+    b = BatchBuilder()
+    for i in range(records):
+        b.append(bytes([i]) * value_size, timestamp=T0 + i)
+    return b.build()
+
+
+def test_a_first_batch_larger_than_the_window_is_in_the_one_read_when_an_index_entry_follows(open_log, tmp_path):
+    """The entry after the big batch bounds where the batch holding offset 5 starts, so the single
+    read covers the whole big batch: no second, exact read."""
     plog = open_log(LogConfig(segment_bytes=100_000, index_interval_bytes=200))
-    big = BatchBuilder()
-    for i in range(10):
-        big.append(bytes([i]) * 3000, timestamp=T0 + i)
-    plog.append_as_leader(big.build(), leader_epoch=0)
+    plog.append_as_leader(big_batch(), leader_epoch=0)
     small = BatchBuilder()
     small.append(b"after", timestamp=T0 + 20)
     plog.append_as_leader(small.build(), leader_epoch=0)
@@ -314,13 +325,180 @@ def test_a_first_batch_larger_than_the_window_costs_one_exact_extra_range(open_l
     t = make_tiered(plog, tmp_path, scan_slack_bytes=1000)
     big_size = len(t.local(0, 1))
     assert big_size > 30_000
+    md = t.mds[0]
+    assert t.cache.lookup_offset(md, 5) == (0, big_size)
     result = t.read(5, 500)
     assert result.records == t.local(5, 500) and batch_offsets(result.records) == [(0, 9)]
-    key = t.mds[0].remote_log_segment_id.id
+    key = md.remote_log_segment_id.id
+    assert t.rsm.segment_fetches == [(key, 0, md.segment_size_in_bytes - 1)]  # clipped to the segment
+    t.rsm.segment_fetches.clear()
+    assert t.read(5, 500, min_one=False).records == b""
+    assert len(t.rsm.segment_fetches) == 1
+    t.cache.close()
+
+
+def test_a_first_batch_larger_than_the_window_costs_one_exact_extra_range(open_log, tmp_path):
+    """No index entry bounds the batch (it is the segment's only one): the first read is
+    ``max_bytes + slack`` and a second, exact read fetches the rest of the batch."""
+    plog = open_log(LogConfig(segment_bytes=100_000, index_interval_bytes=200))
+    plog.append_as_leader(big_batch(), leader_epoch=0)
+    plog.roll()
+    t = make_tiered(plog, tmp_path, scan_slack_bytes=1000)
+    big_size = len(t.local(0, 1))
+    assert big_size > 30_000
+    md = t.mds[0]
+    assert t.cache.lookup_offset(md, 5) == (0, None)
+    result = t.read(5, 500)
+    assert result.records == t.local(5, 500) and batch_offsets(result.records) == [(0, 9)]
+    key = md.remote_log_segment_id.id
     assert t.rsm.segment_fetches == [(key, 0, 1500 - 1), (key, 1500, big_size - 1)]
     t.rsm.segment_fetches.clear()
     assert t.read(5, 500, min_one=False).records == b""
     assert t.rsm.segment_fetches == [(key, 0, 1500 - 1)]
+    t.cache.close()
+
+
+def consume(t: Tiered, max_bytes: int) -> list[tuple[RemoteFetchResult, int]]:
+    """Fetch after fetch from offset 0 as a consumer does (each starts where the previous ended);
+    each result with the number of ``fetch_log_segment`` calls it made. Checked against the local log."""
+    out = []
+    offset = 0
+    while offset <= t.mds[-1].end_offset:
+        before = len(t.rsm.segment_fetches)
+        result = t.read(offset, max_bytes)
+        assert result.records == t.local(offset, max_bytes), offset
+        out.append((result, len(t.rsm.segment_fetches) - before))
+        offset = result.upper_bound_offset
+    return out
+
+
+def write_batches(plog: PartitionLog, sizes: list[int], records: int = 4) -> None:
+    for i, size in enumerate(sizes):
+        b = BatchBuilder()
+        for r in range(records):
+            b.append(bytes([(i + r) % 251]) * (size // records), timestamp=T0 + i)
+        plog.append_as_leader(b.build(), leader_epoch=0)
+
+
+@pytest.mark.parametrize("max_bytes", [100_000, 256 * 1024, 1024 * 1024])
+def test_consecutive_fetches_of_batches_larger_than_the_slack_make_one_read_each(open_log, tmp_path, max_bytes):
+    """The benchmark's finding: a fetch at a batch boundary looks up the *previous* batch (entries are
+    keyed by last offsets); with 64 KiB batches (bigger than the 16 KiB slack) the first read fell
+    short and a second one fetched the tail. The next entry's position now sizes the one read."""
+    plog = open_log(LogConfig(segment_bytes=3 * 1024 * 1024))  # default index.interval.bytes (4 KiB)
+    write_batches(plog, [64 * 1024] * 100)
+    plog.roll()
+    t = make_tiered(plog, tmp_path)  # default 16 KiB slack
+    assert len(t.mds) >= 2
+    fetches = consume(t, max_bytes)
+    assert len(fetches) > len(t.mds)  # fetches start mid-segment, at batch boundaries
+    assert [reads for _, reads in fetches] == [1] * len(fetches)
+    t.cache.close()
+
+
+def test_consecutive_fetches_of_mixed_batch_sizes_make_one_read_each(open_log, tmp_path):
+    """Small batches between big ones, so fetches also start past a segment's last index entry
+    (where the skip is bounded by index.interval.bytes, within the slack)."""
+    import random
+
+    rng = random.Random(7)
+    plog = open_log(LogConfig(segment_bytes=512 * 1024))
+    write_batches(plog, [rng.choice((300, 2_000, 9_000, 40_000, 90_000)) for _ in range(150)], records=2)
+    plog.roll()
+    t = make_tiered(plog, tmp_path)
+    for max_bytes in (100_000, 150_000, 400_000):
+        fetches = consume(t, max_bytes)
+        assert [reads for _, reads in fetches] == [1] * len(fetches), max_bytes
+    t.cache.close()
+
+
+def test_records_are_a_read_only_view_of_the_one_read_buffer(tiered):
+    result = tiered.read(7, 10_000)
+    assert isinstance(result.records, memoryview) and result.records.readonly
+    assert result.records == tiered.local(7, 10_000)
+    assert isinstance(result.records.obj, bytearray)  # what the store's readinto filled, not a copy
+
+
+class ReadintoOnlyStream(io.RawIOBase):
+    """A stream that fails on read(): proves the reader fills its buffer through readinto."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = memoryview(data)
+        self.calls = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self.calls += 1
+        n = min(len(buffer), len(self._data), 1000)  # short reads: the reader must loop
+        buffer[:n] = self._data[:n]
+        self._data = self._data[n:]
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        raise AssertionError("the reader must use readinto")
+
+
+def test_a_stream_with_read_view_becomes_the_window_without_a_copy(open_log, tmp_path):
+    plog = open_log(LogConfig(segment_bytes=900, index_interval_bytes=200))
+    write_log(plog)
+    t = make_tiered(plog, tmp_path)
+    fetch = t.rsm.fetch_log_segment
+    streams: list[ViewStream] = []
+
+    def wrapped(md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> Any:
+        streams.append(ViewStream(fetch(md, start, end).read()))
+        return streams[-1]
+
+    t.rsm.fetch_log_segment = wrapped  # type: ignore[method-assign]
+    result = t.read(7, 10_000)
+    assert result.records == t.local(7, 10_000) and result.records.readonly
+    assert len(streams) == 1 and streams[0].calls == 0  # no readinto: the stream's memory is the window
+    assert result.records.obj is streams[0].buffer
+    t.cache.close()
+
+
+class ReadOnlyStream:
+    """A third-party RSM's stream with read() only."""
+
+    def __init__(self, data: bytes) -> None:
+        self._stream = io.BytesIO(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._stream.read(min(size, 777))
+
+    def close(self) -> None:
+        pass
+
+
+class ViewStream(ReadintoOnlyStream):
+    """A stream holding its range in memory, like the S3 RSM's: ``read_view`` hands out that memory."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.buffer = data
+
+    def read_view(self, size: int) -> memoryview:
+        view = self._data[:size]
+        self._data = self._data[len(view):]
+        return view
+
+
+@pytest.mark.parametrize("stream", [ReadintoOnlyStream, ReadOnlyStream, ViewStream])
+def test_reads_through_readinto_or_read(open_log, tmp_path, stream):
+    plog = open_log(LogConfig(segment_bytes=900, index_interval_bytes=200))
+    write_log(plog)
+    t = make_tiered(plog, tmp_path)
+    fetch = t.rsm.fetch_log_segment
+
+    def wrapped(md: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> Any:
+        return stream(fetch(md, start, end).read())
+
+    t.rsm.fetch_log_segment = wrapped  # type: ignore[method-assign]
+    for offset in range(0, BATCHES * RECORDS_PER_BATCH, 5):
+        assert t.read(offset, 400).records == t.local(offset, 400), offset
     t.cache.close()
 
 
@@ -526,5 +704,30 @@ def test_reads_and_timestamps_through_local_tiered_storage(open_log, tmp_path):
     fetches = rsm.events(EventType.FETCH_SEGMENT)
     assert fetches and all(e.end_position is not None and e.error is None for e in fetches)
     assert rsm.count(EventType.FETCH_OFFSET_INDEX) == len(mds)  # each index fetched once
+    cache.close()
+    rsm.close()
+
+
+def test_consecutive_fetches_through_local_tiered_storage_are_one_fetch_segment_event_each(open_log, tmp_path):
+    """The benchmark's measure (FETCH_SEGMENT events per remote read) on real files: 1 MiB fetches
+    over 64 KiB batches, each fetch starting where the previous one ended."""
+    from strata.tiered.storage.local import EventType, LocalTieredStorage
+
+    plog = open_log(LogConfig(segment_bytes=3 * 1024 * 1024))
+    write_batches(plog, [64 * 1024] * 100)
+    plog.roll()
+    rsm = LocalTieredStorage()
+    rsm.configure({"dir": str(tmp_path / "bucket"), "events.log.enable": "false"})
+    rlmm = DictRLMM()
+    mds = tier(plog, rsm, rlmm)
+    cache = RemoteIndexCache(rsm, tmp_path / "cache-dir", 1024 * 1024)
+    t = Tiered(plog, DictRSM(), rlmm, cache, RemoteLogReader(rsm, rlmm, cache), mds)
+    offset, fetches = 0, 0
+    while offset <= mds[-1].end_offset:
+        result = t.read(offset, 1024 * 1024)
+        assert result.records == t.local(offset, 1024 * 1024), offset
+        offset, fetches = result.upper_bound_offset, fetches + 1
+    assert fetches > len(mds)
+    assert rsm.count(EventType.FETCH_SEGMENT) == fetches
     cache.close()
     rsm.close()

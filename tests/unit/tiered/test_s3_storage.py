@@ -4,6 +4,7 @@ recovery of a real server, error classes, credentials (static keys, env, profile
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.support.segments import MakeSegment
 
 from strata.tiered.api import (
     IndexType,
+    LogSegmentData,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RetriableRemoteStorageError,
@@ -159,3 +161,106 @@ def test_fetch_from_beyond_the_end_is_a_permanent_error(seaweedfs: SeaweedFS, ma
     with pytest.raises(RemoteStorageError) as info:
         rsm.fetch_log_segment(seg.metadata, seg.metadata.segment_size_in_bytes + 10)
     assert not isinstance(info.value, RetriableRemoteStorageError | RemoteResourceNotFoundError)
+
+
+# -- copy: concurrent small uploads, no DELETE, cleanup ----------------------------------------------
+
+
+def test_index_objects_upload_concurrently_with_the_log(seaweedfs: SeaweedFS, make_segment: MakeSegment,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The .log's upload waits until every small PUT has started: in sequence this would time out."""
+    rsm = s3(seaweedfs.rsm_config(**{"key.prefix": f"concurrent-{uuid.uuid4().hex[:6]}/"}))
+    seg = make_segment(txn=True)
+    put = rsm._put
+    small_started = threading.Semaphore(0)
+    threads: dict[str, str] = {}
+
+    def observed(key: str, source: Path | bytes) -> None:
+        suffix = key.rsplit(".", 1)[1]
+        threads[suffix] = threading.current_thread().name
+        if suffix == "log":
+            assert all(small_started.acquire(timeout=5) for _ in range(5)), "index PUTs ran after the .log's"
+        else:
+            small_started.release()
+        put(key, source)
+
+    monkeypatch.setattr(rsm, "_put", observed)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert threads["log"] == threading.current_thread().name
+    assert sorted(threads) == ["index", "leader_epoch_checkpoint", "log", "snapshot", "timeindex", "txnindex"]
+    assert all(name != threads["log"] for suffix, name in threads.items() if suffix != "log")
+    assert drain(rsm.fetch_index(seg.metadata, IndexType.TRANSACTION)) == seg.data.transaction_index.read_bytes()
+    rsm.close()
+
+
+def test_copy_without_a_txn_index_sends_no_delete(seaweedfs: SeaweedFS, make_segment: MakeSegment,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every copy attempt has a fresh segment id, so there is never an older .txnindex to remove."""
+    import strata.tiered.storage.s3 as s3_module
+
+    rsm = s3(seaweedfs.rsm_config(**{"key.prefix": f"nodelete-{uuid.uuid4().hex[:6]}/"}))
+    deletes: list[object] = []
+    real_delete = s3_module.obstore.delete
+    monkeypatch.setattr(s3_module.obstore, "delete", lambda *a, **kw: deletes.append(a) or real_delete(*a, **kw))
+    seg = make_segment(txn=False)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert deletes == []
+    with pytest.raises(RemoteResourceNotFoundError):
+        rsm.fetch_index(seg.metadata, IndexType.TRANSACTION)
+    rsm.close()
+
+
+@pytest.mark.parametrize("missing", ["log", "timeindex"])
+def test_a_failed_copy_leaves_no_objects(seaweedfs: SeaweedFS, make_segment: MakeSegment, tmp_path: Path,
+                                         missing: str) -> None:
+    """Whether the .log (this thread) or an index (the pool) fails, the other uploads are waited for
+    and then everything is deleted: no object outlives the cleanup."""
+    prefix = f"failed-{uuid.uuid4().hex[:6]}/"
+    rsm = s3(seaweedfs.rsm_config(**{"key.prefix": prefix}))
+    seg = make_segment()
+    gone = tmp_path / f"no-such.{missing}"
+    data = seg.data
+    broken = LogSegmentData(gone if missing == "log" else data.log_segment, data.offset_index,
+                            gone if missing == "timeindex" else data.time_index, None,
+                            data.producer_snapshot_index, data.leader_epoch_index)
+    with pytest.raises(RemoteStorageError) as info:
+        rsm.copy_log_segment_data(seg.metadata, broken)
+    assert not isinstance(info.value, RemoteResourceNotFoundError)  # a local input is missing, not a remote object
+    assert seaweedfs.list_keys(prefix) == []
+    rsm.close()
+
+
+def test_close_stops_the_upload_pool_and_later_use_fails(seaweedfs: SeaweedFS, make_segment: MakeSegment) -> None:
+    rsm = s3(seaweedfs.rsm_config(**{"key.prefix": f"close-{uuid.uuid4().hex[:6]}/"}))
+    seg = make_segment(batches=2)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    pool = rsm._pool
+    assert pool is not None
+    rsm.close()
+    rsm.close()  # idempotent
+    assert rsm._pool is None and pool._shutdown
+    with pytest.raises(RemoteStorageError, match="not configured"):
+        rsm.copy_log_segment_data(seg.metadata, seg.data)
+
+
+def test_a_bounded_fetch_is_one_buffer_read_without_copies(seaweedfs: SeaweedFS, make_segment: MakeSegment) -> None:
+    """A bounded range comes back as one buffer; readinto fills the caller's buffer from it directly
+    and a range past the object's end returns what there is."""
+    rsm = s3(seaweedfs.rsm_config(**{"key.prefix": f"ranged-{uuid.uuid4().hex[:6]}/"}))
+    seg = make_segment()
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    data = seg.log_bytes()
+    stream = rsm.fetch_log_segment(seg.metadata, 100, 100 + 70_000 - 1)
+    assert type(stream).__name__ == "_BufferReader"
+    buf = bytearray(80_000)
+    with stream:
+        assert stream.readinto(buf) == 70_000 and stream.readinto(buf) == 0
+    assert buf[:70_000] == data[100:70_100]
+    with rsm.fetch_log_segment(seg.metadata, len(data) - 5, len(data) + 1000) as tail:
+        assert tail.read() == data[-5:]
+    with rsm.fetch_log_segment(seg.metadata, 100, 100 + 70_000 - 1) as stream:  # the Rust buffer itself
+        view = stream.read_view(80_000)
+        assert view.readonly and type(view.obj).__name__ == "Bytes" and view == data[100:70_100]
+        assert len(stream.read_view(10)) == 0
+    assert view == data[100:70_100]  # the view keeps the buffer alive after close
+    rsm.close()

@@ -2,8 +2,12 @@
 
 One object per file of a segment (``.log`` plus one per index), named as in
 ``strata.tiered.storage.common`` (Aiven's key layout). The ``.log`` goes up as a multipart upload
-when it is larger than the part size; indexes are single PUTs. Reads are ranged GETs streamed in
-chunks, so a consumer fetch of 1 MiB from a 1 GiB segment moves 1 MiB.
+when it is larger than the part size; indexes are single PUTs, sent concurrently with the ``.log``
+from a small shared thread pool (each is a round trip of its own: in sequence they add up). Reads
+are ranged GETs, so a consumer fetch of 1 MiB from a 1 GiB segment moves 1 MiB: a bounded range
+is fetched whole into one Rust-owned buffer, which the remote reader takes as it is (``read_view``:
+no copy in Python at all; ``readinto`` copies once, into the caller's buffer); an open-ended one is
+streamed in chunks.
 
 Client: obstore (Rust ``object_store``) for every data call - chosen by measurement
 (bench/s3_client_bench.py, docs/remote-storage.md): on par with boto3 for large uploads,
@@ -24,7 +28,10 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -59,6 +66,7 @@ MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
 MAX_PART_SIZE = 5 * 1024 * MiB
 STREAM_CHUNK = 256 * 1024  # what one read of a fetch stream buffers at least (obstore's default is 10 MiB)
+SMALL_UPLOAD_THREADS = 4  # index/snapshot PUTs in flight beside the .log's upload, shared by all copies
 CREDENTIALS_TTL = timedelta(minutes=5)  # re-ask boto3 well before temporary credentials can expire
 _STATUS = re.compile(r"status code: (\d{3})")
 _TRANSPORT = ("error sending request", "HTTP error", "timed out", "Timeout", "connection", "Connection")
@@ -81,6 +89,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self.prefix = ""
         self.part_size = 8 * MiB
         self.concurrency = 4
+        self._pool: ThreadPoolExecutor | None = None  # created on the first copy
+        self._pool_lock = threading.Lock()
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -134,25 +144,44 @@ class S3RemoteStorageManager(RemoteStorageManager):
     # -- RemoteStorageManager --------------------------------------------------------------------
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
-        uploads: list[tuple[str, Path | bytes]] = [
-            (LOG_SUFFIX, data.log_segment),
+        """The index and snapshot objects go up from the pool while this thread uploads the ``.log``.
+
+        No DELETE of an absent ``.txnindex``: the RemoteLogManager gives every copy attempt a fresh
+        segment id (Kafka's contract), so there is never an older object under that key to remove.
+        """
+        _ = self.store  # fail with "not configured" before anything is submitted
+        small: list[tuple[str, Path | bytes]] = [
             (INDEX_SUFFIXES[IndexType.OFFSET], data.offset_index),
             (INDEX_SUFFIXES[IndexType.TIMESTAMP], data.time_index),
             (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], data.producer_snapshot_index),
             (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], bytes(data.leader_epoch_index)),
         ]
         if data.transaction_index is not None:
-            uploads.append((INDEX_SUFFIXES[IndexType.TRANSACTION], data.transaction_index))
+            small.append((INDEX_SUFFIXES[IndexType.TRANSACTION], data.transaction_index))
+        pool = self._upload_pool()
+        futures: list[Future[None]] = [pool.submit(self._put, self.key(metadata, suffix), source)
+                                       for suffix, source in small]
         try:
-            for suffix, source in uploads:
-                self._put(self.key(metadata, suffix), source)
-            if data.transaction_index is None:  # an overwrite must not keep an older copy's index
-                obstore.delete(self.store, self.key(metadata, INDEX_SUFFIXES[IndexType.TRANSACTION]))
-        except (BaseError, OSError) as e:
+            self._put(self.key(metadata, LOG_SUFFIX), data.log_segment)
+            for future in futures:
+                future.result()
+        except BaseException as e:
+            # nothing may still be writing when the cleanup deletes, or an object would outlive it
+            for future in futures:
+                future.cancel()
+            wait_all(futures)
+            if not isinstance(e, BaseError | OSError):
+                raise
             self._delete_quietly(metadata)  # leave no orphans behind a failed copy (Aiven PR #590)
             # a 404 here is a missing bucket (or a vanished local file), not a missing segment
             raise _translate(e, f"copy of {metadata.remote_log_segment_id}", missing_is_not_found=False) from e
         return None
+
+    def _upload_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(SMALL_UPLOAD_THREADS, thread_name_prefix="s3-rsm-upload")
+            return self._pool
 
     def _put(self, key: str, source: Path | bytes) -> None:
         if isinstance(source, Path):
@@ -165,11 +194,18 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None) -> BinaryIO:
+        """A bounded range is one ranged GET collected into a single buffer (the caller asked for that
+        many bytes; the remote reader uses the buffer itself through ``read_view``); an open range
+        is streamed, as its size is unknown."""
         check_positions(start_position, end_position)
-        byte_range: Any = {"offset": start_position} if end_position is None else (start_position, end_position + 1)
         what = f"fetch of {metadata.remote_log_segment_id} [{start_position}, {end_position}]"
+        key = self.key(metadata, LOG_SUFFIX)
         try:
-            result = obstore.get(self.store, self.key(metadata, LOG_SUFFIX), options={"range": byte_range})
+            if end_position is not None:
+                # a range past the object's end returns what there is (fewer bytes), as a GET does
+                return cast(BinaryIO, _BufferReader(obstore.get_range(self.store, key, start=start_position,
+                                                                      end=end_position + 1)))
+            result = obstore.get(self.store, key, options={"range": {"offset": start_position}})
         except (BaseError, OSError) as e:
             raise _translate(e, what) from e
         return cast(BinaryIO, _ChunkStreamReader(iter(result.stream(min_chunk_size=STREAM_CHUNK)), what))
@@ -197,7 +233,61 @@ class S3RemoteStorageManager(RemoteStorageManager):
             log.warning("could not remove the partial upload of %s: %s", metadata.remote_log_segment_id, e)
 
     def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)  # copies in flight finish their small uploads first
         self._store = None
+
+
+class _BufferReader(io.RawIOBase):
+    """A readable stream over one fetched buffer (obstore's ``Bytes``, Rust-owned memory).
+
+    ``read_view`` hands out that memory itself (the remote reader uses it as its window: no copy
+    at all between the network and the response); ``readinto`` copies straight from it into the
+    caller's buffer; ``read`` returns one ``bytes`` slice.
+    """
+
+    def __init__(self, buffer: Any) -> None:
+        super().__init__()
+        self._buffer: Any = buffer  # keeps the Rust memory alive while the view is in use
+        self._view = memoryview(buffer).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read_view(self, size: int) -> memoryview:
+        """Up to ``size`` bytes as a read-only view of the fetched buffer (fewer only at its end).
+
+        The view keeps the buffer alive after ``close``.
+        """
+        end = min(len(self._view), self._pos + max(size, 0))
+        view = self._view[self._pos:end]
+        self._pos = end
+        return view
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as raw, raw.cast("B") as target:
+            n = min(len(target), len(self._view) - self._pos)
+            target[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        data = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return data
+
+    def readall(self) -> bytes:
+        return self.read()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._view.release()
+            self._buffer = None
+        super().close()
 
 
 class _ChunkStreamReader(io.RawIOBase):
