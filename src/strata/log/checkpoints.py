@@ -70,13 +70,16 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
 
 
-def fsync_dir(directory: Path) -> None:
-    """Persist a directory's entries (new, renamed or deleted files) after a rename."""
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (its entries: new, renamed or deleted files) after a rename."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -200,7 +200,7 @@ def test_a_copy_writes_all_temp_files_then_fsyncs_then_renames_then_one_director
     rsm = local(tmp_path / "remote")
     seg = make_segment(txn=True)
     steps: list[tuple[str, str]] = []
-    fsync_path, replace = local_module._fsync_path, local_module.os.replace
+    fsync_path, replace = local_module.fsync_path, local_module.os.replace
 
     def fsync(path: Path) -> None:
         steps.append(("fsync", Path(path).name))
@@ -216,7 +216,7 @@ def test_a_copy_writes_all_temp_files_then_fsyncs_then_renames_then_one_director
         steps.append(("write", Path(dst).name))
         copyfile(src, dst)
 
-    monkeypatch.setattr(local_module, "_fsync_path", fsync)
+    monkeypatch.setattr(local_module, "fsync_path", fsync)
     monkeypatch.setattr(local_module.os, "replace", rename)
     monkeypatch.setattr(local_module.shutil, "copyfile", copy)
     rsm.copy_log_segment_data(seg.metadata, seg.data)

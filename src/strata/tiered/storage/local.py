@@ -43,6 +43,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
+from strata.log.checkpoints import fsync_path
 from strata.tiered.api import (
     IndexType,
     LogSegmentData,
@@ -384,7 +385,7 @@ def _atomic_copy_all(files: Mapping[Path, Path | bytes]) -> None:
             else:
                 shutil.copyfile(source, tmp)  # sendfile/copy_file_range on Linux: no copy through Python
         for tmp, _ in written:
-            _fsync_path(tmp)
+            fsync_path(tmp)
         for tmp, target in written:
             os.replace(tmp, target)
     except BaseException:
@@ -401,14 +402,6 @@ def _atomic_copy(source: Path | bytes, target: Path) -> None:
     _atomic_copy_all({target: source})
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _unlink_quietly(path: Path) -> None:
     try:
         path.unlink()
@@ -418,4 +411,4 @@ def _unlink_quietly(path: Path) -> None:
 
 def _fsync_dir(directory: Path) -> None:
     """Make the renames into ``directory`` durable."""
-    _fsync_path(directory)
+    fsync_path(directory)
