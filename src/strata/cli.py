@@ -151,6 +151,9 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     logging.getLogger("strata.lifecycle").setLevel(logging.INFO)
     try:
         serve(config)
+    except InvalidConfigError as e:  # found once plugins load (a class that does not exist, bad rsm.config.*)
+        print(f"strata serve: invalid configuration: {e}", file=sys.stderr)
+        return 2
     except (KafkaStorageError, OSError) as e:
         print(f"strata serve: {e}", file=sys.stderr)
         return 1

@@ -434,9 +434,16 @@ def test_demo_refuses_to_wipe_a_foreign_directory(tmp_path):
     (["--set", "num.partitions=many"], "num.partitions"),
     (["--set", "listeners=SSL://127.0.0.1:0"], "listeners"),
     (["--set", "noequals"], "KEY=VALUE"),
+    (["--set", "remote.log.storage.system.enable=true", "--set", "remote.log.storage.manager.class.name=no.Such"],
+     "remote.log.storage.manager.class.name"),
+    (["--set", "remote.log.storage.system.enable=true", "--set", "remote.log.storage.manager.class.name=s3"],
+     "s3.bucket.name"),
+    (["--set", "remote.log.storage.system.enable=true",
+      "--set", "rlmm.config.remote.log.metadata.topic.num.partitions=0"], "remote.log.metadata.topic.num.partitions"),
+    (["--set", "remote.log.reader.threads=0"], "remote.log.reader.threads"),
 ])
 def test_serve_refuses_bad_config_naming_the_key(tmp_path, args, named):
-    result = strata("serve", "--set", f"log.dirs={tmp_path}", *args)
+    result = strata("serve", "--set", f"log.dirs={tmp_path}", "--set", "listeners=PLAINTEXT://127.0.0.1:0", *args)
     assert result.returncode == 2
     assert named in result.stderr
     assert "ready" not in result.stderr
@@ -445,3 +452,23 @@ def test_serve_refuses_bad_config_naming_the_key(tmp_path, args, named):
 def test_serve_reports_a_missing_config_file(tmp_path):
     result = strata("serve", "--config", tmp_path / "nope.properties")
     assert result.returncode == 2 and "nope.properties" in result.stderr
+
+
+def test_serve_refuses_a_changed_metadata_partition_count(tmp_path):
+    """``remote.log.metadata.topic.num.partitions`` must never change (Kafka fails initialisation)."""
+    base = ["serve", "--set", f"log.dirs={tmp_path}", "--set", "listeners=PLAINTEXT://127.0.0.1:0",
+            "--set", "remote.log.storage.system.enable=true"]
+    first = subprocess.Popen([sys.executable, "-m", "strata", *base,
+                              "--set", "rlmm.config.remote.log.metadata.topic.num.partitions=3"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for line in first.stderr:  # bounded by the test timeout
+            if "broker ready" in line:
+                break
+    finally:
+        first.terminate()
+        first.wait(30)
+        first.stderr.close()
+    result = strata(*base, "--set", "rlmm.config.remote.log.metadata.topic.num.partitions=4")
+    assert result.returncode == 1
+    assert "remote log metadata" in result.stderr and "ready" not in result.stderr

@@ -36,7 +36,7 @@ from strata.config.broker_config import BrokerConfig
 from strata.errors import ApiError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.manager import LogManager
-from strata.tiered.api import TopicIdPartition
+from strata.tiered.api import RemoteStorageError, TopicIdPartition
 from strata.tiered.manager import RemoteLogManager, TieredStats, copy_lag
 
 log = logging.getLogger("strata.broker")
@@ -304,7 +304,10 @@ class Broker:
         if initialize is not None:
             # The metadata loads in the background: local traffic is served at once, remote reads
             # answer REPLICA_NOT_AVAILABLE (retriable) and copy tasks wait until it is loaded.
-            initialize(background=True)
+            try:
+                initialize(background=True)
+            except RemoteStorageError as e:  # e.g. the topic's partition count differs from the config
+                raise KafkaStorageError(f"remote log metadata: {e}") from None
         rlm.start()
         self.remote_log_manager = rlm
         for info in self.topics:

@@ -31,7 +31,7 @@ from strata.common.metrics import (
     remote_storage_metrics,
 )
 from strata.config.remote_log_config import RemoteLogManagerConfig
-from strata.errors import OffsetOutOfRangeError
+from strata.errors import InvalidConfigError, OffsetOutOfRangeError
 from strata.log.partition_log import PartitionLog
 from strata.log.segment import TimestampAndOffset
 from strata.tiered.api import (
@@ -42,6 +42,7 @@ from strata.tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteStorageError,
     RemoteStorageManager,
     RetriableRemoteStorageError,
     TopicIdPartition,
@@ -121,11 +122,12 @@ class RemoteLogManager:
         self._on_log_start_changed = on_log_start_changed
         self.stats = stats or TieredStats()
         if rsm is None:
-            rsm = load_class(config.rsm_class_name, RSM_ALIASES, RemoteStorageManager)()
-            rsm.configure(config.rsm_configs(broker_id, log_dir))
+            rsm = _plugin("remote.log.storage.manager.class.name", config.rsm_class_name, RSM_ALIASES,
+                          RemoteStorageManager, config.rsm_prefix, config.rsm_configs(broker_id, log_dir))
         if rlmm is None:
-            rlmm = load_class(config.rlmm_class_name, RLMM_ALIASES, RemoteLogMetadataManager)()
-            rlmm.configure(config.rlmm_configs(broker_id, log_dir, cluster_id))
+            rlmm = _plugin("remote.log.metadata.manager.class.name", config.rlmm_class_name, RLMM_ALIASES,
+                           RemoteLogMetadataManager, config.rlmm_prefix,
+                           config.rlmm_configs(broker_id, log_dir, cluster_id))
         self.rsm = rsm
         self.rlmm = rlmm
         self.index_cache: RemoteIndexCache | None = None
@@ -525,6 +527,20 @@ class RemoteLogManager:
         except Exception:  # not loaded yet, or stopped
             pass
         return count, size
+
+
+def _plugin(key: str, name: str, aliases: dict[str, str], base: type[T], prefix: str,
+            configs: dict[str, Any]) -> T:
+    """Load and configure a plugin; a bad class or bad plugin props is a config error naming the key."""
+    try:
+        plugin = load_class(name, aliases, base)()
+    except ValueError as e:
+        raise InvalidConfigError(f"Invalid value {name!r} for configuration {key}: {e}") from None
+    try:
+        plugin.configure(configs)  # type: ignore[attr-defined]
+    except (ValueError, TypeError, RemoteStorageError) as e:
+        raise InvalidConfigError(f"{type(plugin).__name__} rejected its {prefix}* configuration: {e}") from None
+    return plugin
 
 
 def only_local_size(plog: PartitionLog) -> int:
