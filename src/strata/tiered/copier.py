@@ -13,7 +13,6 @@ a crash leaves COPY_SEGMENT_STARTED behind, which the next run of the task finds
 from __future__ import annotations
 
 import logging
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,10 +79,6 @@ def build_copy_request(plog: PartitionLog, candidate: CopyCandidate, segment_id:
         leader_epoch_index=epoch_entries_to_bytes(cache.epoch_entries_in_range(-1, next_base)),
     )
     return metadata, data
-
-
-def scratch_directory() -> Path:
-    return Path(tempfile.gettempdir())
 
 
 def describe(tp: TopicIdPartition, md: RemoteLogSegmentMetadata) -> str:

@@ -29,7 +29,6 @@ class LogSnapshot:
     retention_ms: int
     retention_bytes: int
     now_ms: int
-    being_copied: frozenset = frozenset()
 
 
 @dataclass(slots=True)
@@ -68,8 +67,6 @@ def plan_expiration(segments: Iterable[RemoteLogSegmentMetadata], snap: LogSnaps
             continue
         if md.state is S.COPY_SEGMENT_STARTED:
             continue  # being copied, or dangling after a crash: the copy task owns these
-        if sid in snap.being_copied:
-            break
         if md.end_offset < log_start:
             chosen[sid] = md
             continue

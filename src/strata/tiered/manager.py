@@ -88,7 +88,6 @@ class PartitionTierState:
     segments_copied: int = 0
     being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class TieredStats:
@@ -283,23 +282,13 @@ class RemoteLogManager:
                         st.failures, delay_ms, st.last_copy_error)
             finally:
                 self._record_lag(st)
-            st.wake.clear()
-            try:
-                await asyncio.wait_for(st.wake.wait(), delay_ms / 1000)
-            except TimeoutError:
-                pass
+            await asyncio.sleep(delay_ms / 1000)
 
     def _backoff_ms(self, failures: int) -> int:
         cfg = self.config
         base = min(cfg.task_retry_backoff_max_ms, cfg.task_retry_backoff_ms * 2 ** min(failures - 1, 30))
         jitter = 1 + random.uniform(-cfg.task_retry_jitter, cfg.task_retry_jitter)
         return max(1, int(base * jitter))
-
-    def wake(self, tp: TopicPartition) -> None:
-        """A segment rolled: copy now instead of at the next interval."""
-        st = self._partitions.get(tp)
-        if st is not None:
-            st.wake.set()
 
     async def _copy_log_segments_to_remote(self, st: PartitionTierState) -> None:
         plog = self._log_for(st.tp)
@@ -434,7 +423,7 @@ class RemoteLogManager:
             only_local_size=only_local_size(plog),
             retention_ms=config.retention_ms if delete_policy else -1,
             retention_bytes=config.retention_bytes if delete_policy else -1,
-            now_ms=self._clock.milliseconds(), being_copied=frozenset(st.being_copied),
+            now_ms=self._clock.milliseconds(),
         )
         started = time.monotonic()
         plan = await self._run(self._expiration, lambda: plan_expiration(self.rlmm.list_remote_log_segments(st.tip),
