@@ -13,7 +13,7 @@ import socket
 import struct
 from typing import Any
 
-from strata.tools import wire
+from strata.client import wire
 
 _SIZE = struct.Struct(">i")
 

@@ -24,7 +24,7 @@ from kio.serial import entity_writer
 
 from strata.protocol.build import make
 from strata.tools.tiers import add_tiers_parser, fetch_tiers, format_bytes, format_table, main_tiers
-from strata.tools.wire import parse_host_port
+from strata.client.wire import parse_host_port
 
 PAYLOAD: dict[str, Any] = {"broker_id": 1, "partitions": [
     {"topic": "orders", "partition": 1, "topic_id": "x", "remote_storage_enable": True, "log_start_offset": 0,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strata.broker.topics import validate_topic_name
@@ -233,6 +234,7 @@ class ConfigViews:
             source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
             out.append(ConfigView(name, format_value(parsed[name]), source, True,
                                   _TYPES.get(key.type, ConfigType.UNKNOWN), tuple(chain), key.doc or None))
+        out.extend(self._plugin_configs())
         for name in sorted(set(self.static) & IGNORED_KEYS):
             value = self.static[name]
             out.append(ConfigView(name, value, ConfigSource.STATIC_BROKER_CONFIG, True, ConfigType.UNKNOWN,
@@ -240,6 +242,43 @@ class ConfigViews:
                                   "Accepted for compatibility; not used by Strata"))
         out.sort(key=lambda v: v.name)
         return out
+
+
+    def _plugin_configs(self) -> list[ConfigView]:
+        """The remote storage plugins' props, as their ``configure`` receives them, under their prefixes.
+
+        Kafka reports only keys it defines; Strata also reports these so that a reader of the remote
+        tier (the Spark data source) can open the same store from the bootstrap address alone. The
+        embedded ``local`` backend's default directory is reported resolved to an absolute path.
+        Credentials are reported as sensitive (value null), as Kafka does for PASSWORD keys.
+        """
+        remote = self.config.remote
+        first_dir = self.config.log_dirs[0].absolute() if self.config.log_dirs else Path.cwd()
+        rsm = remote.rsm_configs(self.config.node_id, first_dir)
+        rsm.pop("broker.id", None)
+        if remote.rsm_class_name == "local" and "dir" in rsm:
+            rsm["dir"] = str(Path(str(rsm["dir"])).expanduser().absolute())
+        out = []
+        for prefix, props in ((remote.rsm_prefix, rsm), (remote.rlmm_prefix, remote.rlmm_props)):
+            for key, value in sorted(props.items()):
+                name = prefix + key
+                sensitive = is_sensitive_key(key)
+                source = ConfigSource.STATIC_BROKER_CONFIG if name in self.static else ConfigSource.DEFAULT_CONFIG
+                view_value = None if sensitive else format_value(value)
+                out.append(ConfigView(name, view_value, source, True,
+                                      ConfigType.PASSWORD if sensitive else ConfigType.STRING,
+                                      (Synonym(name, view_value, source),), "A remote storage plugin property",
+                                      is_sensitive=sensitive))
+        return out
+
+
+_SENSITIVE_WORDS = ("password", "secret", "token", "credential", "access.key", "private")
+
+
+def is_sensitive_key(key: str) -> bool:
+    """Plugin props that hold credentials: never reported, like Kafka's PASSWORD-typed keys."""
+    lowered = key.lower()
+    return any(word in lowered for word in _SENSITIVE_WORDS)
 
 
 def select(views: Iterable[ConfigView], keys: Sequence[str] | None) -> list[ConfigView]:

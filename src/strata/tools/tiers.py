@@ -7,7 +7,7 @@ BROKER resource gives ``metrics.host`` and ``metrics.port`` (the broker reports 
 actually bound). Then it fetches the JSON and prints one row per partition.
 
 This module is imported when the CLI parser is built, so it imports kio (through
-:mod:`strata.tools.wire`) only when the command runs.
+:mod:`strata.client.wire`) only when the command runs.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main_tiers(args: argparse.Namespace) -> int:
 
 def metrics_endpoint(bootstrap: str, timeout_s: float = TIMEOUT_S) -> tuple[str, int]:
     """(host, port) of the admin HTTP endpoint of the broker at ``bootstrap``."""
-    from strata.tools.wire import KafkaWire, WireError
+    from strata.client.wire import KafkaWire, WireError
 
     try:
         with KafkaWire(bootstrap, timeout_s) as conn:

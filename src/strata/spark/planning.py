@@ -1,0 +1,399 @@
+"""Planning on the driver: which offsets to read, and from which tier, as Spark input partitions.
+
+A plan fixes one end offset per partition (the high watermark, or the last stable offset under
+read_committed, at plan time) so that every task reads a consistent snapshot. Offsets held by
+COPY_SEGMENT_FINISHED remote segments are read straight from the object store, one input
+partition per segment (big segments are cut at offset-index entries into pieces of about
+``maxBytesPerPartition``); the rest, the tail not yet uploaded (and any hole in the remote
+chain), is read from the broker. Remote data wins even where a local copy still exists: every
+byte read from the store is a byte the broker does not serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from strata.client.cluster import EARLIEST as EARLIEST_QUERY
+from strata.client.cluster import LATEST as LATEST_QUERY
+from strata.client.cluster import KafkaCluster, TopicInfo
+from strata.client.remote_metadata import RemoteLogMetadataReader
+from strata.spark.options import EARLIEST, LATEST, RSM_CLASS_KEY, RSM_PREFIX, OffsetSpec, SourceOptions
+from strata.spark.remote import OffsetIndexView, aborted_transactions, open_rsm, read_index
+from strata.tiered.api import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+
+
+class StrataDataLossError(RuntimeError):
+    """Offsets the query needs are gone (retention, deletion) and ``failOnDataLoss`` is true."""
+
+
+DATA_LOSS_HINT = ("Some data may have been lost because they are not available in Kafka any more; either the data "
+                  "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+                  "processed. If you don't want your query to fail in such cases, set the source option "
+                  "\"failOnDataLoss\" to \"false\".")
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """What every task needs besides its slice (small: pickled into each input partition)."""
+
+    bootstrap: str
+    include_headers: bool
+    fail_on_data_loss: bool
+    isolation_level: int
+    fetch_max_bytes: int
+    timeout_s: float
+    rsm_class: str | None = None
+    rsm_props: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RemoteSlice:
+    """Records [start_offset, end_offset) of one remote segment, bytes [start_position, end_position)."""
+
+    topic: str
+    partition: int
+    segment: RemoteLogSegmentMetadata
+    start_offset: int
+    end_offset: int
+    start_position: int | None  # None: found in the segment's offset index by the task
+    end_position: int | None  # exclusive; None: to the end of the segment
+    aborted: tuple[tuple[int, int], ...] | None  # read_committed: (producer id, first offset)
+    settings: ReadSettings
+
+    @property
+    def tier(self) -> str:
+        return "remote"
+
+
+@dataclass(frozen=True)
+class BrokerSlice:
+    """Records [start_offset, end_offset) of a partition, fetched from its leader."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    settings: ReadSettings
+
+    @property
+    def tier(self) -> str:
+        return "broker"
+
+
+Slice = RemoteSlice | BrokerSlice
+
+
+@dataclass
+class PartitionRange:
+    topic: str
+    partition: int
+    topic_id: object
+    start: int
+    end: int
+    earliest: int
+    latest: int
+
+
+@dataclass
+class Pushdown:
+    """What pushed filters allow: partitions, an offset interval, a timestamp lower bound."""
+
+    partitions: frozenset[int] | None = None
+    min_offset: int = 0
+    max_offset: int | None = None  # exclusive
+    min_timestamp_ms: int | None = None  # records with a smaller timestamp are not wanted
+    empty: bool = False
+
+    def allows_partition(self, partition: int) -> bool:
+        return self.partitions is None or partition in self.partitions
+
+
+@dataclass
+class Plan:
+    slices: list[Slice] = field(default_factory=list)
+    ranges: dict[TopicPartitionKey, PartitionRange] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        remote = sum(1 for s in self.slices if isinstance(s, RemoteSlice))
+        return f"{len(self.slices)} input partitions: {remote} remote segment slices, " \
+               f"{len(self.slices) - remote} broker slices over {len(self.ranges)} topic partitions"
+
+
+# -- topics and offsets ---------------------------------------------------------------------------
+
+
+def resolve_topics(cluster: KafkaCluster, opts: SourceOptions) -> dict[TopicPartitionKey, TopicInfo]:
+    """The topic partitions the subscription names, with their topic ids."""
+    if opts.subscription == "subscribePattern":
+        md = cluster.metadata(None)
+        pattern = re.compile(opts.pattern or "")
+        topics = [t for name, t in md.topics.items() if not t.internal and pattern.fullmatch(name)]
+        return {(t.name, p): t for t in topics for p in t.partitions}
+    if opts.subscription == "subscribe":
+        md = cluster.metadata(list(opts.topics))
+        return {(t.name, p): t for t in md.topics.values() for p in t.partitions}
+    md = cluster.metadata(sorted({t for t, _ in opts.assigned}))
+    out = {}
+    for topic, partition in opts.assigned:
+        info = md.topics.get(topic)
+        if info is None or partition not in info.partitions:
+            raise ValueError(f"assigned partition {topic}-{partition} does not exist")
+        out[(topic, partition)] = info
+    return out
+
+
+def _check_all_named(spec: OffsetSpec, keys: Iterable[TopicPartitionKey], option: str) -> None:
+    named, wanted = set(spec.offsets), set(keys)
+    if named != wanted:
+        raise ValueError(f"If {option} contains specific offsets, you must specify all TopicPartitions.\n"
+                         "Use -1 for latest, -2 for earliest.\n"
+                         f"Specified: {sorted(named)} Assigned: {sorted(wanted)}")
+
+
+def resolve_offsets(cluster: KafkaCluster, opts: SourceOptions, keys: Sequence[TopicPartitionKey],
+                    spec: OffsetSpec, *, earliest: Mapping[TopicPartitionKey, int],
+                    latest: Mapping[TopicPartitionKey, int], starting: bool) -> dict[TopicPartitionKey, int]:
+    """Offsets for a start or end spec; timestamps go through ListOffsets (remote time indexes first)."""
+    option = "startingOffsets" if starting else "endingOffsets"
+    if spec.kind == "earliest":
+        return {k: earliest[k] for k in keys}
+    if spec.kind == "latest":
+        return {k: latest[k] for k in keys}
+    if spec.kind == "offsets":
+        _check_all_named(spec, keys, option)
+        return {k: earliest[k] if v == EARLIEST else latest[k] if v == LATEST else v for k, v in spec.offsets.items()}
+    if spec.kind == "timestamps":
+        _check_all_named(spec, keys, option.replace("Offsets", "OffsetsByTimestamp"))
+        queries = dict(spec.offsets)
+    else:
+        queries = dict.fromkeys(keys, spec.timestamp)
+    found = cluster.list_offsets(queries, opts.isolation_level) if queries else {}
+    out = {}
+    for k in keys:
+        offset = found[k]
+        if offset == -1:  # no record at or after the timestamp
+            if starting and opts.timestamp_strategy == "error":
+                raise ValueError(f"No offset matched from request of topic-partition {k[0]}-{k[1]} and timestamp "
+                                 f"{queries[k]}. Set startingOffsetsByTimestampStrategy to 'latest' to start "
+                                 "from the latest offset instead.")
+            offset = latest[k]
+        out[k] = offset
+    return out
+
+
+def partition_ranges(cluster: KafkaCluster, opts: SourceOptions, topics: Mapping[TopicPartitionKey, TopicInfo],
+                     *, starting: OffsetSpec | None = None, ending: OffsetSpec | None = None,
+                     ) -> dict[TopicPartitionKey, PartitionRange]:
+    """[start, end) per partition, checked against what the log still holds."""
+    keys = sorted(topics)
+    if not keys:
+        return {}
+    earliest = cluster.list_offsets(dict.fromkeys(keys, EARLIEST_QUERY), opts.isolation_level)
+    latest = cluster.list_offsets(dict.fromkeys(keys, LATEST_QUERY), opts.isolation_level)
+    starts = resolve_offsets(cluster, opts, keys, starting or opts.starting, earliest=earliest, latest=latest,
+                             starting=True)
+    ends = resolve_offsets(cluster, opts, keys, ending or opts.ending, earliest=earliest, latest=latest,
+                           starting=False)
+    out = {}
+    for k in keys:
+        start, end = starts[k], min(ends[k], latest[k])
+        if start < earliest[k]:
+            if opts.fail_on_data_loss:
+                raise StrataDataLossError(f"Cannot fetch offset {start} of {k[0]}-{k[1]}: the earliest available "
+                                          f"offset is {earliest[k]}. {DATA_LOSS_HINT}")
+            start = earliest[k]
+        if start > end:
+            raise ValueError(f"Beginning offset {start} is after the ending offset {end} for topic {k[0]} "
+                             f"partition {k[1]}. You either provided an invalid fromOffset, or the Kafka topic has "
+                             "been damaged")
+        out[k] = PartitionRange(k[0], k[1], topics[k].topic_id, start, end, earliest[k], latest[k])
+    return out
+
+
+def apply_pushdown(cluster: KafkaCluster, opts: SourceOptions, ranges: dict[TopicPartitionKey, PartitionRange],
+                   pushdown: Pushdown | None) -> dict[TopicPartitionKey, PartitionRange]:
+    """Narrow the ranges with pushed filters (a timestamp lower bound becomes an offset via ListOffsets)."""
+    if pushdown is None:
+        return ranges
+    if pushdown.empty:
+        return {k: replace(r, end=r.start) for k, r in ranges.items()}
+    out = {k: r for k, r in ranges.items() if pushdown.allows_partition(k[1])}
+    for r in out.values():
+        r.start = max(r.start, pushdown.min_offset)
+        if pushdown.max_offset is not None:
+            r.end = min(r.end, pushdown.max_offset)
+        r.end = max(r.end, r.start)
+    if pushdown.min_timestamp_ms is not None and out:
+        # Kafka's offsetsForTimes: the first offset whose timestamp is >= T, so every earlier record is older.
+        found = cluster.list_offsets(dict.fromkeys(out, pushdown.min_timestamp_ms), opts.isolation_level)
+        for k, r in out.items():
+            first = found[k]
+            r.start = r.end if first == -1 else max(r.start, min(first, r.end))
+    return out
+
+
+# -- remote segments ------------------------------------------------------------------------------
+
+
+def rsm_settings(cluster: KafkaCluster, opts: SourceOptions) -> tuple[str | None, dict[str, str]]:
+    """The RSM to open on executors: from the options, else as the broker reports it (DescribeConfigs)."""
+    if opts.rsm_class:
+        return opts.rsm_class, dict(opts.rsm_props)
+    configs = cluster.broker_configs()
+    if str(configs.get("remote.log.storage.system.enable", "false")).lower() != "true":
+        return None, {}
+    prefix = configs.get("remote.log.storage.manager.impl.prefix") or RSM_PREFIX
+    props = {k[len(prefix):]: v for k, v in configs.items() if k.startswith(prefix) and v is not None}
+    props.update(opts.rsm_props)
+    return configs.get(RSM_CLASS_KEY), props
+
+
+@dataclass
+class _SegmentPlan:
+    md: RemoteLogSegmentMetadata
+    start: int
+    end: int  # exclusive offsets to read from this segment
+    positions: list[tuple[int | None, int | None]] = field(default_factory=list)
+
+
+def _cover(r: PartitionRange, chain: Sequence[RemoteLogSegmentMetadata]) -> tuple[list[_SegmentPlan],
+                                                                                   list[tuple[int, int]]]:
+    """Split [r.start, r.end) into remote segment pieces and the holes between them (broker ranges)."""
+    segments, holes = [], []
+    cursor = r.start
+    previous_end = -1
+    for md in chain:
+        seg_lo, seg_hi = max(md.start_offset, previous_end + 1), md.end_offset + 1
+        previous_end = md.end_offset
+        lo, hi = max(cursor, seg_lo), min(r.end, seg_hi)
+        if lo >= hi:
+            continue
+        if lo > cursor:
+            holes.append((cursor, lo))
+        segments.append(_SegmentPlan(md, lo, hi))
+        cursor = hi
+        if cursor >= r.end:
+            break
+    if cursor < r.end:
+        holes.append((cursor, r.end))
+    return segments, holes
+
+
+def _positions(rsm: object, plan: _SegmentPlan, max_bytes: int) -> list[tuple[int | None, int | None]]:
+    """Byte ranges for a segment's pieces; the offset index is read only when it is needed."""
+    md = plan.md
+    whole_start = plan.start == md.start_offset
+    if md.segment_size_in_bytes <= max_bytes:
+        return [(0 if whole_start else None, None)]
+    index = OffsetIndexView(md.start_offset, read_index(rsm, md, IndexType.OFFSET))  # type: ignore[arg-type]
+    start_position = 0 if whole_start else index.position_for(plan.start)
+    end_position = md.segment_size_in_bytes
+    if plan.end <= md.end_offset:  # stops inside the segment: no need to read past the batch holding end - 1
+        # An entry (o, p) says the batch at p ends at o, so whatever lies at or after the next entry's
+        # position starts after o: once o >= end - 1 the rest is not needed.
+        for i in range(1, len(index.offsets)):
+            if index.offsets[i - 1] >= plan.end - 1:
+                end_position = index.positions[i]
+                break
+    cuts = [start_position, *index.split_positions(start_position, end_position, max_bytes), end_position]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def _aborted_for(txns: Sequence[tuple[int, int, int]], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    return tuple(sorted((pid, first) for pid, first, last in txns if first < hi and last >= lo))
+
+
+def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicPartitionKey, PartitionRange],
+              metadata: RemoteLogMetadataReader | None = None,
+              rsm: tuple[str | None, Mapping[str, str]] | None = None) -> Plan:
+    """The input partitions for ``ranges``: remote segment slices plus broker slices."""
+    rsm_class, rsm_props = rsm if rsm is not None else (rsm_settings(cluster, opts) if opts.direct_remote_reads
+                                                         else (None, {}))
+    settings = ReadSettings(opts.bootstrap, opts.include_headers, opts.fail_on_data_loss, opts.isolation_level,
+                            opts.fetch_max_bytes, opts.timeout_s, rsm_class,
+                            tuple(sorted((str(k), str(v)) for k, v in rsm_props.items())))
+    plan = Plan(ranges=dict(ranges))
+    wanted = {k: r for k, r in ranges.items() if r.start < r.end}
+    chains: dict[TopicPartitionKey, list[RemoteLogSegmentMetadata]] = {}
+    if rsm_class and opts.direct_remote_reads and wanted:
+        metadata = metadata or RemoteLogMetadataReader(cluster)
+        tips = {k: TopicIdPartition(r.topic_id, r.topic, r.partition) for k, r in wanted.items()}  # type: ignore[arg-type]
+        metadata.poll(tips.values())
+        chains = {k: metadata.copied_segments(tip) for k, tip in tips.items()}
+    store = open_rsm(rsm_class, rsm_props) if rsm_class and any(chains.values()) else None
+
+    per_partition: list[tuple[TopicPartitionKey, list[_SegmentPlan], list[tuple[int, int]]]] = []
+    for k, r in sorted(wanted.items()):
+        segments, holes = _cover(r, chains.get(k, []))
+        per_partition.append((k, segments, holes))
+
+    jobs = [seg for _, segments, _ in per_partition for seg in segments]
+    if jobs and store is not None:
+        with ThreadPoolExecutor(max_workers=min(8, len(jobs))) as pool:  # index reads overlap (S3 latency)
+            for seg, positions in zip(jobs, pool.map(lambda s: _positions(store, s, opts.max_bytes_per_partition),
+                                                     jobs), strict=True):
+                seg.positions = positions
+    txns: dict[TopicPartitionKey, list[tuple[int, int, int]]] = {}
+    if opts.isolation_level == 1 and store is not None:
+        txns = _remote_aborted_transactions(store, per_partition, chains)
+
+    for k, segments, holes in per_partition:
+        for seg in segments:
+            aborted = _aborted_for(txns.get(k, ()), seg.start, seg.end) if opts.isolation_level == 1 else None
+            for start_position, end_position in seg.positions:
+                plan.slices.append(RemoteSlice(k[0], k[1], seg.md, seg.start, seg.end, start_position, end_position,
+                                               aborted, settings))
+        for lo, hi in holes:
+            plan.slices.append(BrokerSlice(k[0], k[1], lo, hi, settings))
+    _split_broker_slices(plan, opts.min_partitions)
+    plan.slices.sort(key=lambda s: (s.topic, s.partition, s.start_offset, getattr(s, "start_position", 0) or 0))
+    return plan
+
+
+def _remote_aborted_transactions(store: object, per_partition: Sequence[tuple[TopicPartitionKey, list[_SegmentPlan],
+                                                                            list[tuple[int, int]]]],
+                                 chains: Mapping[TopicPartitionKey, Sequence[RemoteLogSegmentMetadata]],
+                                 ) -> dict[TopicPartitionKey, list[tuple[int, int, int]]]:
+    """Aborted transactions from the .txnindex of every remote segment from the first one read on.
+
+    An ABORT marker can sit in a later segment than the data it aborts, so the indexes of the
+    segments after the last one read count too (KIP-1058 ``txn_idx_empty`` skips empty ones).
+    """
+    out: dict[TopicPartitionKey, list[tuple[int, int, int]]] = {}
+    for k, segments, _ in per_partition:
+        if not segments:
+            continue
+        first = segments[0].md.start_offset
+        todo = [md for md in chains.get(k, ()) if md.end_offset >= first and not md.txn_idx_empty]
+        entries: list[tuple[int, int, int]] = []
+        for md in todo:
+            entries.extend(aborted_transactions(read_index(store, md, IndexType.TRANSACTION)))  # type: ignore[arg-type]
+        out[k] = entries
+    return out
+
+
+def _split_broker_slices(plan: Plan, min_partitions: int | None) -> None:
+    """Spark's ``minPartitions``: cut the biggest broker ranges until there are enough input partitions."""
+    if not min_partitions or len(plan.slices) >= min_partitions:
+        return
+    broker = [s for s in plan.slices if isinstance(s, BrokerSlice)]
+    others = [s for s in plan.slices if not isinstance(s, BrokerSlice)]
+    total = sum(s.end_offset - s.start_offset for s in broker)
+    budget = min_partitions - len(others)
+    if total <= 0 or budget <= len(broker):
+        return
+    out: list[Slice] = list(others)
+    for s in broker:
+        n = max(1, round(budget * (s.end_offset - s.start_offset) / total))
+        step = max(1, -(-(s.end_offset - s.start_offset) // n))
+        for lo in range(s.start_offset, s.end_offset, step):
+            out.append(replace(s, start_offset=lo, end_offset=min(s.end_offset, lo + step)))
+    plan.slices = out

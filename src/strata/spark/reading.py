@@ -1,0 +1,123 @@
+"""Reading one input partition on an executor: a remote segment range or a broker offset range.
+
+Both paths hand raw record batches to the columnar decoder and yield Arrow record batches in
+Spark's Kafka schema; no record is touched one by one in Python. A remote slice streams its byte
+range from the store in chunks (a batch cut by a chunk boundary is carried into the next chunk);
+a broker slice fetches until its planned end offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from strata.client.cluster import OFFSET_OUT_OF_RANGE, RETRIABLE, KafkaCluster
+from strata.spark.columnar import AbortedTxn, decode_batches
+from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, StrataDataLossError
+from strata.spark.remote import OffsetIndexView, open_rsm, read_index
+from strata.tiered.api import IndexType, RemoteResourceNotFoundError
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 8 << 20
+MAX_EMPTY_FETCHES = 20
+RETRY_BACKOFF_S = 0.2
+
+
+def read_slice(s: RemoteSlice | BrokerSlice) -> Iterator[Any]:
+    """Arrow record batches of one input partition."""
+    if isinstance(s, RemoteSlice):
+        return read_remote(s)
+    return read_broker(s)
+
+
+def _aborted(pairs: Any) -> list[AbortedTxn] | None:
+    return None if pairs is None else [AbortedTxn(int(p), int(f)) for p, f in pairs]
+
+
+def _lost(s: RemoteSlice | BrokerSlice, what: str) -> None:
+    if s.settings.fail_on_data_loss:
+        raise StrataDataLossError(f"{what}. {DATA_LOSS_HINT}")
+    log.warning("%s; skipped (failOnDataLoss=false)", what)
+
+
+def read_remote(s: RemoteSlice) -> Iterator[Any]:
+    st = s.settings
+    assert st.rsm_class is not None
+    rsm = open_rsm(st.rsm_class, dict(st.rsm_props))
+    md = s.segment
+    aborted = _aborted(s.aborted)
+    try:
+        start = s.start_position
+        if start is None:
+            start = OffsetIndexView(md.start_offset, read_index(rsm, md, IndexType.OFFSET)).position_for(s.start_offset)
+        end_inclusive = None if s.end_position is None else s.end_position - 1
+        stream = rsm.fetch_log_segment(md, start, end_inclusive)
+    except RemoteResourceNotFoundError:
+        _lost(s, f"remote segment {md.remote_log_segment_id} of {s.topic}-{s.partition} (offsets "
+                 f"{s.start_offset}-{s.end_offset - 1}) was deleted before it was read")
+        return
+    offset = s.start_offset
+    pending = bytearray()
+    with stream:
+        while offset < s.end_offset:
+            chunk = stream.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            if pending:
+                pending += chunk
+                data: bytes | bytearray = pending
+            else:
+                data = chunk
+            result = decode_batches(data, topic=s.topic, partition=s.partition, start_offset=offset,
+                                    end_offset=s.end_offset, include_headers=st.include_headers, aborted=aborted)
+            yield from result.batches
+            offset = max(offset, result.next_offset)
+            pending = bytearray(memoryview(data)[result.bytes_consumed:])
+    if pending and offset < s.end_offset:
+        raise ValueError(f"remote segment {md.remote_log_segment_id} of {s.topic}-{s.partition} ends with "
+                         f"{len(pending)} bytes of a partial batch at offset {offset}")
+
+
+def read_broker(s: BrokerSlice) -> Iterator[Any]:
+    st = s.settings
+    offset = s.start_offset
+    empty = 0
+    deadline = time.monotonic() + st.timeout_s
+    with KafkaCluster(st.bootstrap, timeout_s=st.timeout_s, client_id="strata-spark") as cluster:
+        while offset < s.end_offset:
+            fetched = cluster.fetch(s.topic, s.partition, offset, max_bytes=st.fetch_max_bytes,
+                                    isolation_level=st.isolation_level)
+            code = fetched.error_code
+            if code == OFFSET_OUT_OF_RANGE:
+                earliest = cluster.list_offsets({(s.topic, s.partition): -2})[(s.topic, s.partition)]
+                if earliest <= offset:
+                    raise ValueError(f"offset {offset} of {s.topic}-{s.partition} is out of range "
+                                     f"(earliest {earliest}) but was planned to be read")
+                _lost(s, f"offsets {offset}-{min(earliest, s.end_offset) - 1} of {s.topic}-{s.partition} were "
+                         "deleted before they were read")
+                offset = earliest
+                continue
+            if code in RETRIABLE:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"fetching {s.topic}-{s.partition} at {offset}: error {code} for "
+                                       f"{st.timeout_s:g} s")
+                time.sleep(RETRY_BACKOFF_S)
+                continue
+            if code != 0:
+                raise RuntimeError(f"fetching {s.topic}-{s.partition} at offset {offset}: error {code}")
+            aborted = [AbortedTxn(p, f) for p, f in fetched.aborted] if st.isolation_level == 1 else None
+            result = decode_batches(fetched.records, topic=s.topic, partition=s.partition, start_offset=offset,
+                                    end_offset=s.end_offset, include_headers=st.include_headers, aborted=aborted)
+            yield from result.batches
+            if result.next_offset > offset:
+                offset = result.next_offset
+                empty = 0
+                deadline = time.monotonic() + st.timeout_s
+                continue
+            empty += 1
+            if empty >= MAX_EMPTY_FETCHES or time.monotonic() > deadline:
+                raise TimeoutError(f"no progress fetching {s.topic}-{s.partition} at offset {offset} "
+                                   f"(planned end {s.end_offset}, high watermark {fetched.high_watermark})")
