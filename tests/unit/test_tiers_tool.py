@@ -22,9 +22,9 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_writer
 
+from strata.client.wire import parse_host_port
 from strata.protocol.build import make
 from strata.tools.tiers import add_tiers_parser, fetch_tiers, format_bytes, format_table, main_tiers
-from strata.client.wire import parse_host_port
 
 PAYLOAD: dict[str, Any] = {"broker_id": 1, "partitions": [
     {"topic": "orders", "partition": 1, "topic_id": "x", "remote_storage_enable": True, "log_start_offset": 0,

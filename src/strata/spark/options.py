@@ -238,5 +238,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise StrataOptionError("option 'kafka.bootstrap.servers' must be specified for configuring the Kafka "
                                 "producer")
     producer = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
-    topic = opts.get("topic")
-    return SinkOptions(bootstrap, topic.strip() if topic else None, _bool(opts, "includeHeaders", True), producer)
+    topic = opts.get("topic", "").strip() or None  # the option overrides a ``topic`` column, as in Spark
+    return SinkOptions(bootstrap, topic, _bool(opts, "includeHeaders", True), producer)

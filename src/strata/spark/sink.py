@@ -1,0 +1,399 @@
+"""The sink of ``format("strata")``: DataFrame rows to Kafka records, as Spark's Kafka sink does.
+
+    (df.selectExpr("CAST(id AS STRING) AS key", "payload AS value")
+       .write.format("strata")
+       .option("kafka.bootstrap.servers", "localhost:9092")
+       .option("topic", "events")
+       .save())
+
+Columns (Spark's names, types and errors; other columns are ignored):
+
+- ``value`` (required): binary or string; a null value is a tombstone.
+- ``key``: binary or string, may be null.
+- ``topic``: string; required unless the ``topic`` option is set, which overrides the column.
+- ``partition``: int; null (or no column) leaves the choice to the producer's partitioner.
+- ``headers``: ``array<struct<key:string,value:binary>>``; header values may be null.
+
+The schema is checked when Spark creates the writer, on the driver, before any task runs. Each
+task writes its Arrow batches column by column through one confluent-kafka (librdkafka)
+``Producer``: idempotent, ``acks=all``, and keyed records land in the partition the Java client
+(Spark's Kafka sink) would choose (``murmur2_random``). Every ``kafka.*`` option goes to the
+producer without its prefix (librdkafka's property names; most match the Java client's), after
+these defaults, and is checked on the driver too. A task succeeds only when every record it
+produced was acknowledged; otherwise it fails with the first delivery error, and Spark retries it.
+Like Spark's Kafka sink this is at-least-once: a retried task or micro-batch writes its records
+again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
+
+from strata.spark.options import SinkOptions, StrataOptionError, parse_sink_options
+
+__all__ = [
+    "SinkColumns", "StrataBatchWriter", "StrataSinkSchemaError", "StrataStreamWriter", "StrataWriteError",
+    "StrataWriterCommitMessage", "producer_config", "sink_columns",
+]
+
+log = logging.getLogger(__name__)
+
+TOPIC, KEY, VALUE, PARTITION, HEADERS = "topic", "key", "value", "partition", "headers"
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000  # the Java producer's delivery.timeout.ms, which Spark users know
+_TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")
+_FLUSH_MARGIN_S = 30.0
+_UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner decides
+
+
+class StrataSinkSchemaError(ValueError):
+    """The DataFrame cannot be written to Kafka: a column is missing or has the wrong type."""
+
+
+class StrataWriteError(RuntimeError):
+    """Records could not be written: a delivery failed or was not acknowledged in time."""
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    """Which of Spark's Kafka sink columns the DataFrame has (checked on the driver)."""
+
+    key: bool
+    topic: bool  # the topic comes from the column (no ``topic`` option)
+    partition: bool
+    headers: bool
+
+
+@dataclass(frozen=True)
+class StrataWriterCommitMessage(WriterCommitMessage):
+    """What one task wrote: every record here was acknowledged by the broker."""
+
+    records: int
+    bytes: int  # keys + values (+ header keys and values)
+    seconds: float
+
+
+def _unsupported(name: str, t: DataType, expected: str) -> StrataSinkSchemaError:
+    return StrataSinkSchemaError(f"{name} attribute unsupported type {t.simpleString()}. {name} must be a(n) "
+                                 f"{expected}")
+
+
+def _is_headers(t: DataType) -> bool:
+    """``array<struct<key:string,value:binary>>``, nullability aside (Spark's ``sameType``)."""
+    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
+        return False
+    fields = t.elementType.fields
+    return (len(fields) == 2 and fields[0].name == "key" and isinstance(fields[0].dataType, StringType)
+            and fields[1].name == "value" and isinstance(fields[1].dataType, BinaryType))
+
+
+def sink_columns(schema: StructType, topic_option: str | None) -> SinkColumns:
+    """Spark's ``KafkaWriter.validateQuery``: the same column names (case-sensitive) and messages."""
+    names = [f.name for f in schema.fields]
+    for name in (TOPIC, KEY, VALUE, PARTITION, HEADERS):
+        if names.count(name) > 1:
+            raise StrataSinkSchemaError(f"the DataFrame has {names.count(name)} columns named '{name}'")
+    types = {f.name: f.dataType for f in schema.fields}
+    if topic_option is None:
+        if TOPIC not in types:
+            raise StrataSinkSchemaError(f"topic option required when no '{TOPIC}' attribute is present. "
+                                        "Use the topic option for setting a topic.")
+        if not isinstance(types[TOPIC], StringType):
+            raise _unsupported(TOPIC, types[TOPIC], "string")
+    if KEY in types and not isinstance(types[KEY], StringType | BinaryType):
+        raise _unsupported(KEY, types[KEY], "string or binary")
+    if VALUE not in types:
+        raise StrataSinkSchemaError(f"Required attribute '{VALUE}' not found")
+    if not isinstance(types[VALUE], StringType | BinaryType):
+        raise _unsupported(VALUE, types[VALUE], "string or binary")
+    if HEADERS in types and not _is_headers(types[HEADERS]):
+        raise _unsupported(HEADERS, types[HEADERS], HEADERS_TYPE)
+    if PARTITION in types and not isinstance(types[PARTITION], IntegerType):
+        raise _unsupported(PARTITION, types[PARTITION], "int")
+    return SinkColumns(key=KEY in types, topic=topic_option is None, partition=PARTITION in types,
+                       headers=HEADERS in types)
+
+
+def producer_config(options: SinkOptions) -> dict[str, str]:
+    """Strata's defaults, then every ``kafka.*`` option (without the prefix), then the bootstrap servers."""
+    conf = {"enable.idempotence": "true", "acks": "all", "partitioner": "murmur2_random"}
+    if not any(k in options.producer_config for k in _TIMEOUT_KEYS):
+        conf["message.timeout.ms"] = str(DEFAULT_DELIVERY_TIMEOUT_MS)
+    conf.update(options.producer_config)
+    conf["bootstrap.servers"] = options.bootstrap
+    return conf
+
+
+def _delivery_timeout_s(conf: dict[str, str]) -> float:
+    for k in _TIMEOUT_KEYS:
+        if k in conf:
+            try:
+                ms = int(conf[k])
+            except ValueError:
+                break
+            if ms > 0:  # 0 is librdkafka's "no timeout": keep the default bound for our waits
+                return ms / 1000
+            break
+    return DEFAULT_DELIVERY_TIMEOUT_MS / 1000
+
+
+def _librdkafka_logger() -> logging.Logger:
+    return logging.getLogger(f"{__name__}.librdkafka")
+
+
+def _check_producer_config(conf: dict[str, str]) -> None:
+    """librdkafka checks names and values when the producer is created; do it on the driver, offline
+    (no bootstrap servers, so no connection), so a bad ``kafka.*`` option fails before any task."""
+    from confluent_kafka import KafkaException, Producer
+
+    offline = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    try:
+        producer = Producer({**offline, "logger": _librdkafka_logger()})
+    except KafkaException as e:
+        err = e.args[0] if e.args else e
+        reason = err.str() if hasattr(err, "str") else str(err)
+        raise StrataOptionError(f"the Kafka producer rejects the options: {reason} (options prefixed 'kafka.' go "
+                                "to librdkafka without the prefix)") from None
+    producer.close()
+
+
+class _Sink:
+    """Shared by the batch and the stream writer: parsed options and columns, nothing unpicklable."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = parse_sink_options(options)
+        self.columns = sink_columns(schema, self.options.topic)
+        self.conf = producer_config(self.options)
+        _check_producer_config(self.conf)
+
+    def _write(self, batches: Iterator[Any]) -> StrataWriterCommitMessage:
+        started = time.monotonic()
+        task = _TaskWriter(self.conf, self.columns, self.options.topic)
+        try:
+            for batch in batches:
+                task.write_batch(batch)
+            task.finish()
+        finally:
+            task.close()
+        return StrataWriterCommitMessage(task.records, task.bytes, time.monotonic() - started)
+
+
+def _summary(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int, int]:
+    done = [m for m in messages if isinstance(m, StrataWriterCommitMessage)]
+    return len(done), sum(m.records for m in done), sum(m.bytes for m in done)
+
+
+class StrataBatchWriter(_Sink, DataSourceArrowWriter):
+    """``df.write.format("strata")``: each task produces its Arrow batches and waits for every ack."""
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        tasks, records, size = _summary(messages)
+        log.info("strata sink: %d task(s) wrote %d record(s), %d byte(s)", tasks, records, size)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        tasks, records, size = _summary(messages)
+        log.warning("strata sink: write aborted; %d of %d task(s) had already written %d record(s), %d byte(s) "
+                    "(Kafka has no rollback: they stay in the topics)", tasks, len(messages), records, size)
+
+
+class StrataStreamWriter(_Sink, DataSourceStreamArrowWriter):
+    """``writeStream.format("strata")``: each micro-batch like a batch write (at-least-once, as Spark's)."""
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tasks, records, size = _summary(messages)
+        log.info("strata sink: batch %d: %d task(s) wrote %d record(s), %d byte(s)", batchId, tasks, records, size)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tasks, records, size = _summary(messages)
+        log.warning("strata sink: batch %d aborted; %d of %d task(s) had already written %d record(s), %d byte(s)",
+                    batchId, tasks, len(messages), records, size)
+
+
+class _TaskWriter:
+    """One task's producer (opened at the first non-empty batch) and its delivery failures."""
+
+    def __init__(self, conf: dict[str, str], columns: SinkColumns, topic: str | None) -> None:
+        self.conf = conf
+        self.columns = columns
+        self.topic = topic
+        self.timeout_s = _delivery_timeout_s(conf)
+        self.producer: Any = None
+        self.failures: list[tuple[Any, str, int]] = []
+        self.failed = 0
+        self.records = 0
+        self.bytes = 0
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+            if len(self.failures) < 5:
+                self.failures.append((err, msg.topic(), msg.partition()))
+
+    def _open(self) -> Any:
+        from confluent_kafka import Producer
+
+        self.producer = Producer({**self.conf, "delivery.report.only.error": True,
+                                  "on_delivery": self._on_delivery, "logger": _librdkafka_logger()})
+        return self.producer
+
+    def _raise_failures(self) -> None:
+        if self.failed:
+            first = "; ".join(f"{t}[{p}]: {err.str()}" for err, t, p in self.failures)
+            raise StrataWriteError(f"{self.failed} record(s) could not be written to Kafka: {first}")
+
+    def write_batch(self, batch: Any) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        import pyarrow.compute as pc
+
+        producer = self.producer or self._open()
+        c = self.columns
+        index = {name: i for i, name in enumerate(batch.schema.names)}
+
+        def column(name: str) -> Any:
+            return batch.column(index[name])
+
+        value_col = column(VALUE)
+        size = pc.sum(pc.binary_length(value_col)).as_py() or 0
+        values = value_col.to_pylist()
+        if c.key:
+            key_col = column(KEY)
+            size += pc.sum(pc.binary_length(key_col)).as_py() or 0
+            keys: Iterable[Any] = key_col.to_pylist()
+        else:
+            keys = repeat(None, n)
+        if c.topic:
+            topic_col = column(TOPIC)
+            if topic_col.null_count:
+                raise StrataWriteError(f"null topic present in the data. Use the {TOPIC} option for setting a "
+                                       "default topic.")
+            topics: Iterable[Any] = topic_col.to_pylist()
+        else:
+            topics = repeat(self.topic, n)
+        if c.partition:
+            part_col = column(PARTITION)
+            lowest = pc.min(part_col).as_py()
+            if lowest is not None and lowest < 0:
+                raise StrataWriteError(f"invalid partition {lowest} in the data: partitions are >= 0 (null lets "
+                                       "the partitioner choose)")
+            partitions: Iterable[int] = pc.fill_null(part_col, _UNASSIGNED).to_pylist()
+        else:
+            partitions = repeat(_UNASSIGNED, n)
+        if c.headers:
+            headers, header_bytes = _headers(column(HEADERS).to_pylist())
+            size += header_bytes
+            self._produce_with_headers(producer, topics, values, keys, partitions, headers)
+        else:
+            self._produce(producer, topics, values, keys, partitions)
+        producer.poll(0)
+        self._raise_failures()
+        self.records += n
+        self.bytes += size
+
+    def _produce(self, producer: Any, topics: Iterable[Any], values: Iterable[Any], keys: Iterable[Any],
+                 partitions: Iterable[int]) -> None:
+        produce = producer.produce
+        for t, v, k, p in zip(topics, values, keys, partitions, strict=False):
+            try:
+                produce(t, v, k, p)
+            except BufferError:
+                self._retry(t, v, k, p, None)
+            except Exception as e:
+                raise self._produce_error(e, t, p) from e
+
+    def _produce_with_headers(self, producer: Any, topics: Iterable[Any], values: Iterable[Any], keys: Iterable[Any],
+                              partitions: Iterable[int], headers: Iterable[Any]) -> None:
+        produce = producer.produce
+        for t, v, k, p, h in zip(topics, values, keys, partitions, headers, strict=False):
+            try:
+                produce(t, v, k, p, headers=h)
+            except BufferError:
+                self._retry(t, v, k, p, h)
+            except Exception as e:
+                raise self._produce_error(e, t, p) from e
+
+    @staticmethod
+    def _produce_error(e: Exception, topic: str, partition: int) -> StrataWriteError:
+        where = topic if partition == _UNASSIGNED else f"{topic}[{partition}]"
+        err = e.args[0] if e.args else e
+        reason = err.str() if hasattr(err, "str") else str(err)
+        return StrataWriteError(f"cannot produce a record to {where}: {reason}")
+
+    def _retry(self, t: Any, v: Any, k: Any, p: int, h: Any) -> None:
+        """The producer's queue is full: serve deliveries until there is room (bounded)."""
+        deadline = time.monotonic() + self.timeout_s + _FLUSH_MARGIN_S
+        while True:
+            self.producer.poll(0.05)
+            self._raise_failures()
+            try:
+                if h is None:
+                    self.producer.produce(t, v, k, p)
+                else:
+                    self.producer.produce(t, v, k, p, headers=h)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    bound = self.timeout_s + _FLUSH_MARGIN_S
+                    raise StrataWriteError(f"the producer's queue stayed full for {bound:.0f} s "
+                                           f"({len(self.producer)} record(s) waiting)") from None
+            except Exception as e:
+                raise self._produce_error(e, t, p) from e
+
+    def finish(self) -> None:
+        """Wait (bounded) until every record is acknowledged or failed; raise if any is not written."""
+        if self.producer is None:
+            return
+        bound = self.timeout_s + _FLUSH_MARGIN_S
+        deadline = time.monotonic() + bound
+        remaining = len(self.producer)
+        while remaining and time.monotonic() < deadline:
+            remaining = self.producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+            if self.failed:  # fail fast: the task fails anyway
+                break
+        self._raise_failures()
+        if remaining:
+            raise StrataWriteError(f"{remaining} record(s) were not acknowledged within {bound:.0f} s")
+
+    def close(self) -> None:
+        """Drop what is still queued (after a failure) and close the producer without waiting."""
+        producer, self.producer = self.producer, None
+        if producer is None:
+            return
+        if len(producer):
+            producer.purge()
+            producer.flush(0)  # serve the purged messages' reports
+        producer.close()
+
+
+def _headers(rows: list[Any]) -> tuple[list[Any], int]:
+    """Spark's ``headers`` rows (lists of {key, value}) as confluent-kafka header lists, and their size."""
+    out: list[Any] = []
+    size = 0
+    for row in rows:
+        if not row:
+            out.append(None)
+            continue
+        pairs = []
+        for h in row:
+            key, value = h["key"], h["value"]
+            if key is None:
+                raise StrataWriteError("null header key present in the data: Kafka header keys are strings")
+            pairs.append((key, value))
+            size += len(key.encode()) + (len(value) if value is not None else 0)
+        out.append(pairs)
+    return out, size
