@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv kcat test soak run bench lint clean
+.PHONY: venv kcat test soak run demo bench lint clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,10 @@ soak: venv
 
 run: venv
 	$(PY) -m strata serve --config config/server.properties
+
+# The pipeline end to end: a broker on the embedded defaults, 1M events tiered, a PySpark job over both tiers.
+demo: venv
+	$(PY) examples/pipeline.py $(DEMO_ARGS)
 
 bench: venv
 	$(PY) bench/run.py $(BENCH_ARGS)

@@ -7,41 +7,20 @@ source's classes unpickle on the executors.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-
 
 def spark_session(app: str = "strata-tests") -> object:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
+    from strata.spark import local_session
 
-    log4j = HERE / "log4j2-quiet.properties"
-    return (SparkSession.builder.master("local[2]").appName(app)
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.python.filterPushdown.enabled", "true")
-            .config("spark.driver.extraJavaOptions",
-                    f"-XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile=file:{log4j}")
-            .config("spark.log.level", "ERROR")
-            .getOrCreate())
+    return local_session(app)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     session = spark_session()
-    import strata.spark
-
-    strata.spark.register(session)
     try:
         yield session
     finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["explain", "register"]
+__all__ = ["explain", "local_session", "register"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -41,3 +41,36 @@ def explain(options: dict[str, str]) -> Any:
     from strata.spark.driver import explain as _explain
 
     return _explain(options)
+
+
+def local_session(app: str = "strata", master: str = "local[2]", **conf: str) -> Any:
+    """A quiet local SparkSession bound to 127.0.0.1, for the demo, tests and benchmarks.
+
+    Python workers run this interpreter (``PYSPARK_PYTHON``), which has Strata installed, so the
+    data source's classes unpickle on the executors; the JVM logs only errors; filter pushdown is on
+    and ``format("strata")`` is registered.
+    """
+    import os
+    import sys
+    from pathlib import Path
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log4j = Path(__file__).with_name("log4j2-quiet.properties")
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config(PUSHDOWN_CONF, "true")
+               .config("spark.driver.extraJavaOptions",
+                       f"-XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile=file:{log4j}")
+               .config("spark.log.level", "ERROR"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    register(session)
+    return session
