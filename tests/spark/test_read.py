@@ -165,3 +165,17 @@ def test_through_the_broker_only_gives_the_same_rows(spark: Any, broker: Any, da
         {TOPIC: {"0": 160_000, "1": 160_000, "2": 160_000}}))
     assert per_partition(df) == {p: expected(dataset, p, 160_000) for p in range(PARTITIONS)}
     assert all(e["broker_id"] != -1 for e in read_events(broker.remote_dir, "FETCH_SEGMENT")[since:])
+
+
+def test_fail_on_data_loss(spark: Any, broker: Any) -> None:
+    topic = "spark-loss"
+    create_topic(broker.admin(), topic, 1, **{"retention.ms": "-1"})
+    produce(broker.bootstrap, topic, 1, 1000)
+    broker.delete_records(topic, 0, 400)
+    opts = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic,
+            "startingOffsets": json.dumps({topic: {"0": 100}})}
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        spark.read.format("strata").options(**opts).load().count()
+    df = spark.read.format("strata").options(**opts, failOnDataLoss="false").load()
+    assert df.agg(F.count("*"), F.min("offset")).collect()[0][:] == (600, 400)
+    assert spark.read.format("strata").options(**{**opts, "startingOffsets": "earliest"}).load().count() == 600
