@@ -5,16 +5,17 @@ segment, local or remote) and must hand Arrow batches to PySpark. Decoding recor
 Python runs at a few hundred thousand rows/s; this module decodes every field of every record of
 many Kafka batches at once with numpy and assembles the Arrow arrays from buffers:
 
-1. Headers are walked in Python (one step per Kafka batch, ~100 records each); CRCs are checked,
-   the consumer's read_committed filter drops aborted transactional batches, control batches are
-   skipped, and the records sections of up to ``max_rows_per_batch`` records are collected
-   (uncompressed sections are used in place, compressed ones are inflated and joined).
-2. Record starts: the one sequential step (each record starts with its length). All batches of a
-   group advance in lockstep, one numpy step per record index; the few long batches left at the
-   end finish in a plain loop, which beats lockstep once fewer than a handful of batches remain.
-3. Every field of every record is decoded at once (vectorised zig-zag varints), offsets and
-   timestamps come from the batch headers, and keys and values are cut out of the shared buffer by
-   Arrow's ``filter`` kernel over a binary array whose elements alternate between field and gap.
+1. Batch headers are walked in Python, one step per Kafka batch (a client's batch holds ~100
+   records): CRCs are checked, the consumer's read_committed filter drops aborted transactional
+   batches, control batches are skipped. The batches left form a unit of up to 16 MiB / 1M
+   records; uncompressed records sections are read in place, compressed ones inflated and joined.
+2. Record starts: the one sequential step (each record starts with its length). All batches of
+   the unit advance in lockstep, one numpy step per record index; the few long batches left at
+   the end finish in a Python loop that checks runs of equal-size records at once.
+3. Then, ``max_rows_per_batch`` records at a time: every field of every record is decoded at once
+   (vectorised zig-zag varints), offsets and timestamps come from the batch headers, and keys and
+   values are cut out of the shared buffer by Arrow's ``filter`` kernel over a binary array whose
+   elements alternate between field and gap. Many Kafka batches make one Arrow batch.
 
 Spark's conventions (``KafkaRecordToRowConverter``): timestamps in microseconds, ``timestampType``
 0 (CreateTime) or 1 (LogAppendTime, every record then carrying the batch's max timestamp), and a
@@ -26,7 +27,7 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import NamedTuple
 
@@ -67,9 +68,11 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 # a Python loop over the records of those few batches (measured: a lockstep step is ~15 us).
 _LOCKSTEP_MIN_BATCHES = 64
 # Kafka batches decoded together: their records are walked in one lockstep pass (the more batches,
-# the cheaper each step per record), then cut into Arrow batches. Bounds the memory in flight.
+# the cheaper each step per record), then cut into Arrow batches. Bounds the memory in flight, and
+# keeps the joined records (counted inflated) under glibc's 32 MiB mmap threshold, so the buffer
+# is reused from the heap instead of being mapped (and page-faulted in) afresh for every unit.
 _UNIT_ROWS = 1 << 20
-_UNIT_BYTES = 32 * 1024 * 1024
+_UNIT_BYTES = 16 * 1024 * 1024
 _MAX_VARINT_BYTES = 10
 # The long-batch walk guesses runs of equal-size records: from 16 at a time, doubling while right;
 # after a wrong guess it walks 16, 32, ... 1024 records one by one before guessing again.
@@ -78,8 +81,16 @@ _SPECULATE_MAX = 1 << 16
 _SPECULATE_PATIENCE_MAX = 1024
 _INT32_LIMIT = 2**31 - 1
 _I16_PAIR = struct.Struct(">hh")
-# Indexes into a HEADER_STRUCT tuple (the field order of BatchHeader).
-_BASE_OFFSET, _LENGTH, _ATTRIBUTES, _BASE_TIMESTAMP, _MAX_TIMESTAMP, _COUNT = 0, 1, 5, 7, 8, 12
+# The 61-byte batch header as a numpy record (HEADER_STRUCT's layout), to read many at once.
+_HEADER_DTYPE = np.dtype([
+    ("base_offset", ">i8"), ("length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"), ("crc", ">u4"),
+    ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"), ("max_timestamp", ">i8"),
+    ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"), ("records_count", ">i4"),
+])
+assert _HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
+# The columns of a group's header table (``_header_table``).
+_TABLE_FIELDS = ("base_offset", "length", "attributes", "base_timestamp", "max_timestamp", "records_count")
+_BASE_OFFSET, _LENGTH, _ATTRIBUTES, _BASE_TIMESTAMP, _MAX_TIMESTAMP, _COUNT = range(len(_TABLE_FIELDS))
 
 
 class CorruptRecordError(errors.CorruptRecordError, ValueError):
@@ -139,17 +150,6 @@ class DecodeResult:
     end_reached: bool  # stopped at a batch starting at or after end_offset
 
 
-@dataclass
-class _Group:
-    """Kafka batches whose records become one Arrow batch."""
-
-    positions: list[int] = field(default_factory=list)
-    headers: list[tuple] = field(default_factory=list)  # HEADER_STRUCT fields
-    rows: int = 0
-    payload_bytes: int = 0
-    end: int = 0  # byte position after the last Kafka batch consumed into (or skipped within) the group
-
-
 class _ReadCommitted:
     """The Java consumer's ``abortedProducerIds`` bookkeeping (``CompletedFetch``).
 
@@ -183,12 +183,14 @@ def _corrupt(message: str, position: int, base_offset: int | None = None) -> Cor
 class ColumnarDecoder:
     """Decodes successive chunks of one partition's batches; state carries over between chunks.
 
-    ``decode(chunk)`` yields Arrow batches as it goes (memory stays bounded by one group of
-    ``max_rows_per_batch`` rows / ``max_bytes_per_batch`` bytes), consuming whole Kafka batches
-    only: after the generator is exhausted ``bytes_consumed`` says where the unconsumed tail of
-    ``chunk`` begins, to be resent with the next range. ``aborted`` selects read_committed (None
-    is read_uncommitted). Rows below ``start_offset`` or the position already consumed, and at or
-    above ``end_offset``, are left out.
+    ``decode(chunk)`` yields Arrow batches of at most ``max_rows_per_batch`` rows (and, unless one
+    record is larger, ``max_bytes_per_batch`` bytes of records) as it goes, so memory stays bounded
+    by one unit of Kafka batches (16 MiB of them). It consumes whole Kafka batches only: after the
+    generator is exhausted ``bytes_consumed`` says where the unconsumed tail of ``chunk`` begins,
+    to be sent again with the next range. ``aborted`` selects read_committed (None is
+    read_uncommitted); the read_committed state carries over too. Rows below ``start_offset`` or
+    below what was already consumed, and at or above ``end_offset``, are left out; the walk stops
+    at the first batch that starts at or after ``end_offset`` (``end_reached``).
     """
 
     def __init__(
@@ -233,31 +235,35 @@ class ColumnarDecoder:
             view = view.cast("B")
         limit = len(view)
         self.bytes_consumed = 0
-        group = _Group()
-        group_low = self.next_offset  # rows below this were consumed before (or precede start_offset)
-        position = 0
         unpack = HEADER_STRUCT.unpack_from
         txn = self._txn
         end_offset = self.end_offset
         verify_crc = self.verify_crc
-        unit_rows, unit_bytes = _UNIT_ROWS, _UNIT_BYTES
-        # One pass of plain Python per Kafka batch: the fields are unpacked into locals, and the
+        # One pass of plain Python per Kafka batch, on locals (written back before each yield): the
         # header tuple becomes a BatchHeader only where one is needed (transactions, errors).
+        next_offset = self.next_offset
+        consumed = 0  # Kafka batches
+        low = next_offset  # rows below this were consumed before (or precede start_offset)
+        positions: list[int] = []
+        pieces: list[bytes | None] = []  # inflated records sections (None: uncompressed, read in place)
+        compressed = False
+        rows = group_bytes = group_end = 0
+        position = 0
         while position < limit:
             remaining = limit - position
             if remaining < RECORD_BATCH_OVERHEAD:
                 self._check_partial(view, position)
-                break
+                break  # a ranged read that ends inside this batch's header: left for the next read
             fields = unpack(view, position)
             base_offset, length, _, magic, stored_crc, attributes, last_delta, _, _, producer_id, _, _, count = fields
             size = length + LOG_OVERHEAD
             if magic != CURRENT_MAGIC or size < RECORD_BATCH_OVERHEAD or last_delta < 0 or count < 0:
                 self._raise_header(view, position)
-            if size > remaining:
-                break  # a ranged read that ends inside this batch: left for the next read
             if end_offset is not None and base_offset >= end_offset:
                 self.end_reached = True
                 break
+            if size > remaining:
+                break  # a ranged read that ends inside this batch: left for the next read
             if verify_crc and crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != stored_crc:
                 raise self._crc_error(view, position, fields)
             last_offset = base_offset + last_delta
@@ -268,26 +274,35 @@ class ColumnarDecoder:
                     txn.skip(header, self._is_abort_marker(view, position, header))
             elif txn is not None and producer_id >= 0 and txn.skip(BatchHeader._make(fields), False):
                 self.aborted_batches += 1
-            elif count and last_offset >= group_low:
-                if group.rows and (group.rows + count > unit_rows or group.payload_bytes + size > unit_bytes):
-                    yield from self._flush(view, group, group_low)
-                    group_low = self.next_offset
-                    group = _Group()
-                group.positions.append(position)
-                group.headers.append(fields)
-                group.rows += count
-                group.payload_bytes += size
+            elif count and last_offset >= low:
+                piece = None
+                piece_bytes = size
+                if attributes & COMPRESSION_MASK:
+                    piece = _inflate(view, position, size, attributes & COMPRESSION_MASK, base_offset)
+                    piece_bytes = len(piece)
+                if rows and (rows + count > _UNIT_ROWS or group_bytes + piece_bytes > _UNIT_BYTES):
+                    self.next_offset, self.kafka_batches = next_offset, self.kafka_batches + consumed
+                    consumed = 0
+                    yield from self._flush(view, positions, pieces if compressed else None, group_end, low)
+                    low = next_offset
+                    positions, pieces, compressed = [], [], False
+                    rows = group_bytes = 0
+                positions.append(position)
+                pieces.append(piece)
+                compressed = compressed or piece is not None
+                rows += count
+                group_bytes += piece_bytes
             position += size
-            self.kafka_batches += 1
-            if last_offset >= self.next_offset:
-                self.next_offset = last_offset + 1
-            if group.rows:
-                group.end = position
+            consumed += 1
+            if last_offset >= next_offset:
+                next_offset = last_offset + 1
+            if rows:
+                group_end = position
             else:  # nothing pending: what was skipped is consumed now
-                self.bytes_consumed = position
-                group_low = self.next_offset
-        if group.rows:
-            yield from self._flush(view, group, group_low)
+                low = next_offset
+        self.next_offset, self.kafka_batches = next_offset, self.kafka_batches + consumed
+        if rows:
+            yield from self._flush(view, positions, pieces if compressed else None, group_end, low)
         self.bytes_consumed = position
 
     def _crc_error(self, view: memoryview, position: int, fields: tuple) -> CorruptRecordError:
@@ -299,6 +314,8 @@ class ColumnarDecoder:
     def _check_partial(self, view: memoryview, position: int) -> None:
         """A short tail is a partial batch unless what there is of its header is already impossible."""
         remaining = len(view) - position
+        if remaining >= 8 and self.end_offset is not None:
+            self.end_reached = struct.unpack_from(">q", view, position)[0] >= self.end_offset
         if remaining >= LOG_OVERHEAD:
             base_offset, length = struct.unpack_from(">qi", view, position)
             if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
@@ -337,16 +354,17 @@ class ColumnarDecoder:
 
     # -- one group of Kafka batches to Arrow ---------------------------------------------------
 
-    def _flush(self, view: memoryview, group: _Group, low: int) -> Iterator[pa.RecordBatch]:
+    def _flush(self, view: memoryview, positions: list[int], pieces: list[bytes | None] | None, end: int,
+               low: int) -> Iterator[pa.RecordBatch]:
         """Decode a group: one record walk over all its batches, then Arrow batches slice by slice."""
-        self.bytes_consumed = group.end
-        table = np.array(group.headers, np.int64)  # one row of HEADER_STRUCT fields per Kafka batch
+        self.bytes_consumed = end
+        table = _header_table(view, positions)
         counts = table[:, _COUNT]
-        buf, starts, ends = self._records_buffer(view, group, table)
+        buf, starts, ends = _records_buffer(view, positions, table, pieces)
         try:
             body, body_end = _record_bodies(buf, starts, ends, counts)
         except (_Malformed, IndexError) as e:
-            raise self._precise_error(view, group, e) from None
+            raise self._precise_error(view, positions, e) from None
         first_record = np.zeros(len(counts) + 1, np.int64)  # index of each Kafka batch's first record
         np.cumsum(counts, out=first_record[1:])
         for i, j in _slices(body, body_end, self.max_rows_per_batch, self.max_bytes_per_batch):
@@ -357,42 +375,16 @@ class ColumnarDecoder:
                 cols = _decode_records(buf, body[i:j], body_end[i:j], self.include_headers)
                 batch = self._assemble(buf, cols, table[first:last], per_batch, low)
             except (_Malformed, IndexError) as e:
-                raise self._precise_error(view, group, e) from None
+                raise self._precise_error(view, positions, e) from None
             if batch is not None:
                 self.rows += batch.num_rows
                 yield batch
 
-    def _records_buffer(self, view: memoryview, group: _Group,
-                        table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The group's records sections in one buffer, with where each batch's section starts and ends."""
-        positions = np.array(group.positions, np.int64)
-        sizes = table[:, _LENGTH] + LOG_OVERHEAD
-        codecs = table[:, _ATTRIBUTES] & COMPRESSION_MASK
-        if not codecs.any():
-            # Uncompressed: records are read where they lie, from the first section to the last.
-            lo = int(positions[0]) + RECORD_BATCH_OVERHEAD
-            hi = int(positions[-1] + sizes[-1])
-            return np.frombuffer(view, np.uint8, hi - lo, lo), positions + (RECORD_BATCH_OVERHEAD - lo), \
-                positions + sizes - lo
-        pieces = []
-        for p, size, codec, fields in zip(group.positions, sizes.tolist(), codecs.tolist(), group.headers,
-                                          strict=True):
-            body = view[p + RECORD_BATCH_OVERHEAD : p + size]
-            if codec:
-                try:
-                    body = decompress(codec, body)
-                except errors.KafkaError as e:
-                    raise _corrupt(str(e).split(" (at byte")[0], p, fields[_BASE_OFFSET]) from None
-            pieces.append(body)
-        lengths = np.fromiter((len(b) for b in pieces), np.int64, len(pieces))
-        ends = np.cumsum(lengths)
-        return np.frombuffer(b"".join(pieces), np.uint8), ends - lengths, ends
-
-    def _precise_error(self, view: memoryview, group: _Group, error: Exception) -> CorruptRecordError:
+    def _precise_error(self, view: memoryview, positions: list[int], error: Exception) -> CorruptRecordError:
         """The reference decoder names the bad batch and what is wrong with it."""
-        for p, fields in zip(group.positions, group.headers, strict=True):
-            self._records(view, p, BatchHeader._make(fields))  # raises
-        return _corrupt(f"malformed records ({error})", group.positions[0], group.headers[0][_BASE_OFFSET])
+        for p in positions:
+            self._records(view, p, parse_header(view, p))  # raises
+        return _corrupt(f"malformed records ({error})", positions[0], parse_header(view, positions[0]).base_offset)
 
     def _assemble(self, buf: np.ndarray, cols: _Columns, table: np.ndarray, counts: np.ndarray,
                   low: int) -> pa.RecordBatch | None:
@@ -459,6 +451,45 @@ class _Columns(NamedTuple):
     header_key_len: np.ndarray | None
     header_value_start: np.ndarray | None
     header_value_len: np.ndarray | None
+
+
+def _inflate(view: memoryview, position: int, size: int, codec: int, base_offset: int) -> bytes:
+    """The batch's records section decompressed; a codec failure names the batch."""
+    try:
+        return decompress(codec, view[position + RECORD_BATCH_OVERHEAD : position + size])
+    except errors.KafkaError as e:
+        raise _corrupt(str(e).split(" (at byte")[0], position, base_offset) from None
+
+
+def _records_buffer(view: memoryview, at: list[int], table: np.ndarray,
+                    pieces: list[bytes | None] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The group's records sections in one buffer, with where each batch's section starts and ends.
+
+    Uncompressed sections are read where they lie (``pieces`` None: the buffer spans from the
+    first section to the end of the last); inflated ones are joined with any uncompressed ones.
+    """
+    positions = np.array(at, np.int64)
+    sizes = table[:, _LENGTH] + LOG_OVERHEAD
+    if pieces is None:
+        lo = int(positions[0]) + RECORD_BATCH_OVERHEAD
+        hi = int(positions[-1] + sizes[-1])
+        return np.frombuffer(view, np.uint8, hi - lo, lo), positions + (RECORD_BATCH_OVERHEAD - lo), \
+            positions + sizes - lo
+    parts = [view[p + RECORD_BATCH_OVERHEAD : p + size] if piece is None else piece
+             for p, size, piece in zip(at, sizes.tolist(), pieces, strict=True)]
+    lengths = np.fromiter((len(b) for b in parts), np.int64, len(parts))
+    ends = np.cumsum(lengths)
+    return np.frombuffer(b"".join(parts), np.uint8), ends - lengths, ends
+
+
+def _header_table(view: memoryview, positions: list[int]) -> np.ndarray:
+    """The fields of ``_TABLE_FIELDS`` of the batches at ``positions``, one row each, in one gather."""
+    records = np.ndarray((len(view) - RECORD_BATCH_OVERHEAD + 1,), _HEADER_DTYPE, view, strides=(1,))
+    picked = records[np.array(positions, np.int64)]
+    table = np.empty((len(positions), len(_TABLE_FIELDS)), np.int64)
+    for i, name in enumerate(_TABLE_FIELDS):
+        table[:, i] = picked[name]
+    return table
 
 
 def _varint(buf: np.ndarray, pos: np.ndarray, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -65,7 +65,7 @@ class RemoteSlice:
     end_offset: int
     start_position: int | None  # None: found in the segment's offset index by the task
     end_position: int | None  # exclusive; None: to the end of the segment
-    aborted: tuple[tuple[int, int], ...] | None  # read_committed: (producer id, first offset)
+    aborted: tuple[tuple[int, int, int], ...] | None  # read_committed: (producer id, first, last offset)
     settings: ReadSettings
 
     @property
@@ -307,8 +307,10 @@ def _positions(rsm: object, plan: _SegmentPlan, max_bytes: int) -> list[tuple[in
     return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
-def _aborted_for(txns: Sequence[tuple[int, int, int]], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
-    return tuple(sorted((pid, first) for pid, first, last in txns if first < hi and last >= lo))
+def _aborted_for(txns: Sequence[tuple[int, int, int]], lo: int, hi: int) -> tuple[tuple[int, int, int], ...]:
+    """The aborted transactions overlapping [lo, hi), with their last offsets (a reader that starts
+    after a transaction ended must not apply it to the same producer's later batches)."""
+    return tuple(sorted((pid, first, last) for pid, first, last in txns if first < hi and last >= lo))
 
 
 def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicPartitionKey, PartitionRange],

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from strata.client.cluster import OFFSET_OUT_OF_RANGE, RETRIABLE, KafkaCluster
-from strata.spark.columnar import AbortedTxn, decode_batches
+from strata.spark.columnar import AbortedTxn, ColumnarDecoder, decode_batches
 from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, StrataDataLossError
 from strata.spark.remote import OffsetIndexView, open_rsm, read_index
 from strata.tiered.api import IndexType, RemoteResourceNotFoundError
@@ -33,8 +33,9 @@ def read_slice(s: RemoteSlice | BrokerSlice) -> Iterator[Any]:
     return read_broker(s)
 
 
-def _aborted(pairs: Any) -> list[AbortedTxn] | None:
-    return None if pairs is None else [AbortedTxn(int(p), int(f)) for p, f in pairs]
+def _aborted(entries: Any) -> list[AbortedTxn] | None:
+    """(producer id, first offset, last offset) from the plan; None under read_uncommitted."""
+    return None if entries is None else [AbortedTxn(int(p), int(f), int(last)) for p, f, last in entries]
 
 
 def _lost(s: RemoteSlice | BrokerSlice, what: str) -> None:
@@ -59,10 +60,13 @@ def read_remote(s: RemoteSlice) -> Iterator[Any]:
         _lost(s, f"remote segment {md.remote_log_segment_id} of {s.topic}-{s.partition} (offsets "
                  f"{s.start_offset}-{s.end_offset - 1}) was deleted before it was read")
         return
-    offset = s.start_offset
+    # One decoder for the whole slice: its read_committed state (which producers are inside an
+    # aborted transaction) and its position carry over from one chunk to the next.
+    decoder = ColumnarDecoder(topic=s.topic, partition=s.partition, start_offset=s.start_offset,
+                              end_offset=s.end_offset, include_headers=st.include_headers, aborted=aborted)
     pending = bytearray()
     with stream:
-        while offset < s.end_offset:
+        while decoder.next_offset < s.end_offset and not decoder.end_reached:
             chunk = stream.read(CHUNK_BYTES)
             if not chunk:
                 break
@@ -71,14 +75,11 @@ def read_remote(s: RemoteSlice) -> Iterator[Any]:
                 data: bytes | bytearray = pending
             else:
                 data = chunk
-            result = decode_batches(data, topic=s.topic, partition=s.partition, start_offset=offset,
-                                    end_offset=s.end_offset, include_headers=st.include_headers, aborted=aborted)
-            yield from result.batches
-            offset = max(offset, result.next_offset)
-            pending = bytearray(memoryview(data)[result.bytes_consumed:])
-    if pending and offset < s.end_offset:
+            yield from decoder.decode(data)
+            pending = bytearray(memoryview(data)[decoder.bytes_consumed:])
+    if pending and decoder.next_offset < s.end_offset and not decoder.end_reached:
         raise ValueError(f"remote segment {md.remote_log_segment_id} of {s.topic}-{s.partition} ends with "
-                         f"{len(pending)} bytes of a partial batch at offset {offset}")
+                         f"{len(pending)} bytes of a partial batch at offset {decoder.next_offset}")
 
 
 def read_broker(s: BrokerSlice) -> Iterator[Any]:
