@@ -54,8 +54,10 @@ def read_remote(s: RemoteSlice) -> Iterator[Any]:
         start = s.start_position
         if start is None:
             start = OffsetIndexView(md.start_offset, read_index(rsm, md, IndexType.OFFSET)).position_for(s.start_offset)
-        end_inclusive = None if s.end_position is None else s.end_position - 1
-        stream = rsm.fetch_log_segment(md, start, end_inclusive)
+        # A bounded range even for "to the end": the S3 backend then makes one ranged GET into one
+        # buffer instead of streaming the object in small chunks.
+        end = s.end_position if s.end_position is not None else md.segment_size_in_bytes
+        stream = rsm.fetch_log_segment(md, start, max(start, end - 1))
     except RemoteResourceNotFoundError:
         _lost(s, f"remote segment {md.remote_log_segment_id} of {s.topic}-{s.partition} (offsets "
                  f"{s.start_offset}-{s.end_offset - 1}) was deleted before it was read")
