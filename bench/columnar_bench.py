@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import statistics
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from report import Result, environment, format_table, summarize
+from report import Result, environment, format_table, run_and_save, summarize
 from strata.protocol.records import BatchBuilder, CompressionType, decode_batch, iter_batches, set_base_offset
 from strata.spark.columnar import arrow_schema, decode_batches
 
@@ -238,19 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.codecs:
         overrides["codecs"] = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
     cfg = replace(cfg, **overrides)
-    started = time.perf_counter()
-    report = run(cfg)
-    report["mode"] = "quick" if args.quick else "default"
-    report["wall_s"] = time.perf_counter() - started
-    print()
-    print(format_table(report["results"]))
-    print()
-    print(format_summary(report))
-    print(f"wall time {report['wall_s']:.1f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"results: {args.json}")
-    return 0
+    return run_and_save(lambda: run(cfg), show_report, quick=args.quick,
+                        json_path=args.json)
+
+
+def show_report(report: dict) -> None:
+    print(f"\n{format_table(report['results'])}\n\n{format_summary(report)}")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@ ratio but no target (shown for insight only). CPU columns appear when a benchmar
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 MiB = 1024 * 1024
 
@@ -88,3 +92,20 @@ def format_table(rows: list[dict]) -> str:
 
 def environment(**extra: object) -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(), **extra}
+
+
+def run_and_save(run: Callable[[], dict], show: Callable[[dict], None], *, quick: bool, json_path: Path) -> int:
+    """Every benchmark's ending: run, time, print the report, save it as JSON next to the others."""
+    started = time.perf_counter()
+    report = run()
+    report["mode"] = "quick" if quick else "default"
+    report["wall_s"] = time.perf_counter() - started
+    if isinstance(report.get("environment"), dict):
+        report["environment"]["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    show(report)
+    print(f"wall time {report['wall_s']:.1f} s")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"results: {json_path}")
+    return 0
+

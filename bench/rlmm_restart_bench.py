@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import shutil
 import statistics
@@ -38,7 +37,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from report import Result, environment, format_table, summarize
+from report import Result, environment, format_table, run_and_save, summarize
 from strata.tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -236,19 +235,12 @@ def main(argv: list[str] | None = None) -> int:
                                    ("deleted_segments", args.deleted_segments)) if v is not None}
     if overrides:
         cfg = BenchConfig(**{**asdict(cfg), **overrides})
-    started = time.perf_counter()
-    report = run(args.dir, cfg)
-    report["mode"] = "quick" if args.quick else "default"
-    report["wall_s"] = time.perf_counter() - started
-    print()
-    print(format_table(report["results"]))
-    print()
-    print(format_summary(report))
-    print(f"wall time {report['wall_s']:.1f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"results: {args.json}")
-    return 0
+    return run_and_save(lambda: run(args.dir, cfg), show_report, quick=args.quick,
+                        json_path=args.json)
+
+
+def show_report(report: dict) -> None:
+    print(f"\n{format_table(report['results'])}\n\n{format_summary(report)}")
 
 
 if __name__ == "__main__":

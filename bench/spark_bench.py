@@ -72,7 +72,7 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 import report as bench_report  # noqa: E402
-from report import MiB, Result, summarize  # noqa: E402
+from report import MiB, Result, run_and_save, summarize  # noqa: E402
 from tiered_bench import (  # noqa: E402
     FETCH_MAX_BYTES,
     PARTITION_FETCH_BYTES,
@@ -904,17 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in (("records", args.records), ("reps", args.reps), ("segment_mib", args.segment_mib),
                                    ("codec", args.codec)) if v is not None}
     cfg = dataclasses.replace(cfg, s3=args.s3, profile=not args.no_profile, c1_jit=args.c1_jit, **overrides)
-    started = time.perf_counter()
-    report = run(args.dir, cfg)
-    report["mode"] = "quick" if args.quick else "default"
-    report["wall_s"] = time.perf_counter() - started
-    report["environment"]["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print_report(report)
-    print(f"wall time {report['wall_s']:.1f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"results: {args.json}")
-    return 0
+    return run_and_save(lambda: run(args.dir, cfg), print_report, quick=args.quick, json_path=args.json)
 
 
 if __name__ == "__main__":
