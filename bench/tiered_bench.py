@@ -3,7 +3,7 @@
     .venv/bin/python bench/tiered_bench.py [--quick] [--only copy|consume|restart] [--no-s3]
                                            [--copy-reps N] [--consume-mib N] [--consume-reps N]
                                            [--restart-segments N] [--broker-restart-segments N]
-                                           [--dir PATH] [--json PATH]
+                                           [--set KEY=VALUE ...] [--dir PATH] [--json PATH]
 
 Every rate is shown as a ratio against a baseline measured in the same run (bench/report.py),
 for the ``local`` backend and for ``s3`` against a SeaweedFS server this benchmark starts on
@@ -12,11 +12,17 @@ cannot start):
 
 1. **Segment copy** (target >= 0.9): real 8 and 64 MiB segments of 1 KiB records built by
    Strata's own log (tests/support/segments.py). Subject: the RSM's ``copy_log_segment_data``
-   (the .log plus .index, .timeindex, producer snapshot and leader-epoch checkpoint). Baseline: a
-   raw put of the same .log bytes, from memory, to the same backend - local: write + fsync +
-   rename + directory fsync into the same tree (the durability the RSM gives); s3: obstore's put
-   (single PUT, or multipart with the RSM's part size and concurrency above it) on the RSM's
-   own store. MB/s counts the .log bytes on both sides, so the index files are overhead.
+   (the .log plus .index, .timeindex, producer snapshot and leader-epoch checkpoint). Baseline
+   (the issue's "raw put of the same bytes to the same backend"): a raw put of every one of those
+   files, from memory, one after another, each a complete put of its own - local: write + fsync +
+   rename + directory fsync into the same tree (the durability the RSM gives every file); s3:
+   obstore's put (single PUT, or multipart with the RSM's part size and concurrency above it) on
+   the RSM's own store. MB/s counts all those bytes on both sides. What the RSM does beyond a
+   plain put per file shows up as a ratio above 1: the local RSM fsyncs the directory once per
+   segment and starts the writeback of each file as it writes it (sync_file_range), the S3 RSM
+   sends the index PUTs beside the .log's. An info row keeps the earlier baseline, a raw put of the
+   .log alone (MB/s of the .log bytes; the index files are then pure overhead for the RSM), and
+   one extra copy per row has its steps timed (write/fsync per file, directory fsync, or PUTs).
 2. **Consume from the remote tier** (target >= 0.8): a broker process with tiering on, two
    topics with ``segment.bytes`` 8 MiB and the same records (1 KiB, produced with linger.ms=5,
    batch.size 1 MiB): one tiered with ``local.retention.bytes=1`` (consumed once every segment
@@ -25,8 +31,12 @@ cannot start):
    max.partition.fetch.bytes 8 MiB). An untimed first pass warms the page cache and the remote
    index cache (its times are shown as info rows). The broker's /metrics give the number of
    remote reads and the time its reader threads spent in them, which splits a remote fetch into
-   "reading the store" and "everything else". An info pass with max.partition.fetch.bytes 1 MiB
-   (the consumer default: fetches start mid-segment) counts the store reads per fetch.
+   "reading the store" and "everything else", and the read-ahead hits and misses: the broker runs
+   with its defaults, read-ahead of the next windows included (``remote.log.reader.prefetch.*``;
+   ``--set remote.log.reader.prefetch.total.size.bytes=0`` measures without it); for s3 also the
+   CPU SeaweedFS spent per pass (it shares this machine's cores). An info pass with
+   max.partition.fetch.bytes 1 MiB (the consumer default: fetches start mid-segment) counts the
+   store reads per fetch.
    2b. The same read path in this process, stage by stage, over a 64 MiB segment in 8 MiB fetches:
    a raw ranged read of the store, the RSM's fetch stream, ``RemoteLogReader.read``, and the
    encoding of the records into a Fetch response (bytes, as remote reads are sent, against the
@@ -99,6 +109,7 @@ class BenchConfig:
     copy_target: float = 0.9
     consume_target: float = 0.8
     s3: bool = True
+    broker_props: tuple[tuple[str, str], ...] = ()  # --set: extra props of the consume brokers
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -189,6 +200,17 @@ def build_segments(work: Path, cfg: BenchConfig) -> dict[int, Any]:
     return out
 
 
+def copy_files(seg: Any) -> list[tuple[str, bytes]]:
+    """(suffix, bytes) of every file ``copy_log_segment_data`` uploads for ``seg``, the .log first."""
+    d = seg.data
+    files = [("log", d.log_segment.read_bytes()), ("index", d.offset_index.read_bytes()),
+             ("timeindex", d.time_index.read_bytes()), ("snapshot", d.producer_snapshot_index.read_bytes()),
+             ("leader_epoch_checkpoint", bytes(d.leader_epoch_index))]
+    if d.transaction_index is not None:
+        files.append(("txnindex", d.transaction_index.read_bytes()))
+    return files
+
+
 def _raw_local_put(payload: bytes, target: Path) -> None:
     """What the RSM promises, done plainly: temp file, write, fsync, rename, fsync the directory."""
     tmp = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex}")
@@ -210,7 +232,11 @@ def _raw_local_put(payload: bytes, target: Path) -> None:
 
 @contextlib.contextmanager
 def _patched(obj: Any, name: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
-    original = getattr(obj, name)
+    """``obj.name`` wrapped for the block; nothing when there is no such function (an older tree)."""
+    original = getattr(obj, name, None)
+    if original is None:
+        yield
+        return
     setattr(obj, name, wrapper(original))
     try:
         yield
@@ -247,7 +273,9 @@ def copy_stages(backend: str, rsm: Any, seg: Any) -> dict[str, float]:
     if backend == "local":
         import strata.tiered.storage.local as mod
 
-        with _patched(mod, "_atomic_copy", _stage_timer(stages, lambda src, target: f"put .{_suffix_of(target)}")), \
+        write = _stage_timer(stages, lambda fd, target, src: f"write .{_suffix_of(target)}")
+        fsync = _stage_timer(stages, lambda fd, target: f"fsync .{_suffix_of(target)}")
+        with _patched(mod, "_write_source", write), _patched(mod, "_fsync_file", fsync), \
                 _patched(mod, "_fsync_dir", _stage_timer(stages, lambda d: "fsync dir")):
             started = time.perf_counter()
             rsm.copy_log_segment_data(seg.metadata, seg.data)
@@ -281,16 +309,22 @@ def make_rsm(backend: str, work: Path, server: Any | None, prefix: str) -> Any:
 
 
 def run_copy(work: Path, cfg: BenchConfig, server: Any | None, segments: dict[int, Any]) -> dict:
-    """Part 1: RSM copy_log_segment_data against a raw put of the .log bytes, per backend and size."""
+    """Part 1: RSM copy_log_segment_data against raw puts of the same files, per backend and size."""
     import obstore
 
-    backends: list[tuple[str, Any, Callable[[bytes, Any, int], Callable[[], None]], Callable[[], None]]] = []
+    Put = Callable[[list[tuple[str, bytes]], Any, int], Callable[[], None]]
+    backends: list[tuple[str, Any, Put, Callable[[], None]]] = []
     local = make_rsm("local", work, None, "")
 
-    def local_raw(payload: bytes, seg: Any, rep: int) -> Callable[[], None]:
-        target = local.partition_dir(seg.tp) / f"raw-{rep}-{uuid.uuid4().hex}.log"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return lambda: _raw_local_put(payload, target)
+    def local_raw(files: list[tuple[str, bytes]], seg: Any, rep: int) -> Callable[[], None]:
+        directory = local.partition_dir(seg.tp)
+        directory.mkdir(parents=True, exist_ok=True)
+        targets = [(payload, directory / f"raw-{rep}-{uuid.uuid4().hex}.{suffix}") for suffix, payload in files]
+
+        def put_all() -> None:
+            for payload, target in targets:
+                _raw_local_put(payload, target)
+        return put_all
 
     def local_cleanup() -> None:
         for p in (work / "local-store").glob("*/*/raw-*"):
@@ -300,11 +334,16 @@ def run_copy(work: Path, cfg: BenchConfig, server: Any | None, segments: dict[in
     if server is not None:
         s3 = make_rsm("s3", work, server, "copy-bench/")
 
-        def s3_raw(payload: bytes, seg: Any, rep: int) -> Callable[[], None]:
-            key = f"copy-bench/raw/{uuid.uuid4().hex}.log"
-            multipart = len(payload) > s3.part_size
-            return lambda: obstore.put(s3.store, key, payload, use_multipart=multipart, chunk_size=s3.part_size,
-                                       max_concurrency=s3.concurrency)
+        def s3_raw(files: list[tuple[str, bytes]], seg: Any, rep: int) -> Callable[[], None]:
+            name = uuid.uuid4().hex
+            puts = [(f"copy-bench/raw/{name}.{suffix}", payload, len(payload) > s3.part_size)
+                    for suffix, payload in files]
+
+            def put_all() -> None:
+                for key, payload, multipart in puts:
+                    obstore.put(s3.store, key, payload, use_multipart=multipart, chunk_size=s3.part_size,
+                                max_concurrency=s3.concurrency)
+            return put_all
 
         backends.append(("s3", s3, s3_raw, lambda: None))
 
@@ -312,14 +351,21 @@ def run_copy(work: Path, cfg: BenchConfig, server: Any | None, segments: dict[in
     stages: dict[str, dict[str, float]] = {}
     for backend, rsm, raw, cleanup in backends:
         for mib, seg in segments.items():
-            payload = seg.log_bytes()
-            nbytes = len(payload)
-            how = ("write+fsync+rename+dir fsync, from memory" if backend == "local" else
-                   ("multipart" if nbytes > getattr(rsm, "part_size", 0) else "single PUT")
+            files = copy_files(seg)
+            log_only = files[:1]
+            nbytes = sum(len(payload) for _, payload in files)
+            log_bytes = len(files[0][1])
+            how = ("write+fsync+rename+dir fsync per file, from memory" if backend == "local" else
+                   ("multipart .log" if log_bytes > getattr(rsm, "part_size", 0) else "single PUTs")
                    + " via obstore, from memory")
-            base = Result(f"copy {backend} {mib} MiB: raw put", "baseline", nbytes=nbytes, note=how)
+            base = Result(f"copy {backend} {mib} MiB: raw put, all files", "baseline", nbytes=nbytes,
+                          note=f"{len(files)} files one after another: {how}")
             subj = Result(f"copy {backend} {mib} MiB: RSM copy", "subject", nbytes=nbytes, baseline=base.name,
                           note="copy_log_segment_data: .log + 4 index/snapshot files")
+            base_log = Result(f"copy {backend} {mib} MiB: raw put, .log only", "baseline", nbytes=log_bytes,
+                              note="the earlier baseline: the index files are overhead")
+            subj_log = Result(f"copy {backend} {mib} MiB: RSM copy vs .log", "subject", nbytes=log_bytes,
+                              baseline=base_log.name, informational=True, note="the RSM copy's times, .log bytes")
             copies: list[Any] = []
 
             def rsm_copy(seg: Any = seg, rsm: Any = rsm, copies: list[Any] = copies) -> Callable[[], None]:
@@ -329,19 +375,22 @@ def run_copy(work: Path, cfg: BenchConfig, server: Any | None, segments: dict[in
 
             # warm-up: first-time code paths, connections, the store's first allocations
             rsm_copy()()
-            raw(payload, seg, -1)()
+            raw(files, seg, -1)()
+            raw(log_only, seg, -2)()
             for rep in range(cfg.copy_reps):
-                order = [(base, raw(payload, seg, rep)), (subj, rsm_copy())]
+                order = [(base, raw(files, seg, rep)), (subj, rsm_copy()), (base_log, raw(log_only, seg, rep))]
                 for result, fn in (order if rep % 2 == 0 else order[::-1]):
                     result.samples_s.append(_timed_sync(fn))
                 # untimed: drop what was written so the store does not grow run after run
                 while copies:
                     rsm.delete_log_segment_data(copies.pop().metadata)
                 cleanup()
+            subj_log.samples_s = list(subj.samples_s)
             stages[f"{backend} {mib} MiB"] = copy_stages(backend, rsm, seg)
-            results += [base, subj]
-            _log(f"  {backend} {mib} MiB: raw {base.median:.0f} MB/s, RSM copy {subj.median:.0f} MB/s "
-                 f"(ratio {subj.median / base.median:.2f})")
+            results += [base, subj, base_log, subj_log]
+            _log(f"  {backend} {mib} MiB: raw put of all {len(files)} files {base.median:.0f} MB/s, RSM copy "
+                 f"{subj.median:.0f} MB/s (ratio {subj.median / base.median:.2f}); vs a raw put of the .log alone: "
+                 f"{subj_log.median / base_log.median:.2f}")
     local.close()
     return {"results": summarize(results, cfg.copy_target), "stages_s": stages,
             "segment_bytes": {mib: seg.data.log_segment.stat().st_size for mib, seg in segments.items()}}
@@ -614,6 +663,8 @@ REMOTE_FETCHES = "kafka_server_BrokerTopicMetrics_RemoteFetchRequestsPerSec_tota
 REMOTE_FETCH_BYTES = "kafka_server_BrokerTopicMetrics_RemoteFetchBytesPerSec_total"
 REMOTE_FETCH_ERRORS = "kafka_server_BrokerTopicMetrics_RemoteFetchErrorsPerSec_total"
 REMOTE_EXPIRED = "kafka_server_DelayedRemoteFetchMetrics_ExpiresPerSec_total"
+PREFETCH_HITS = "kafka_log_remote_RemoteLogManager_RemoteLogReaderPrefetchHitsPerSec_total"
+PREFETCH_MISSES = "kafka_log_remote_RemoteLogManager_RemoteLogReaderPrefetchMissesPerSec_total"
 
 
 def produce(bootstrap: str, topic: str, records: int, record_bytes: int) -> float:
@@ -695,7 +746,7 @@ def run_consume(work: Path, backend: str, cfg: BenchConfig, server: Any | None) 
     nbytes = records * cfg.record_bytes
     seg_bytes = str(cfg.consume_segment_mib * MiB)
     props = tiered_props(backend, work / f"broker-{backend}", server,
-                         **{"rlmm.config.remote.log.metadata.topic.num.partitions": "5"})
+                         **{"rlmm.config.remote.log.metadata.topic.num.partitions": "5", **dict(cfg.broker_props)})
     broker = Broker(work / f"broker-{backend}", props)
     broker.start()
     remote_dir = work / f"broker-{backend}" / "remote"
@@ -737,6 +788,7 @@ def run_consume(work: Path, backend: str, cfg: BenchConfig, server: Any | None) 
             events_before = _fetch_events(remote_dir) if backend == "local" else None
             m0 = broker.metrics()
             cpu0, mine0 = _proc_cpu_s(broker.pid), _own_cpu_s()
+            store0 = _proc_cpu_s(server.proc.pid) if server is not None and backend == "s3" else None
             os.sync()
             fetch_bytes = MiB if result in (small, small_base) else PARTITION_FETCH_BYTES
             result.samples_s.append(consume_all(broker.bootstrap, topic, records, fetch_bytes))
@@ -746,9 +798,11 @@ def run_consume(work: Path, backend: str, cfg: BenchConfig, server: Any | None) 
                 m1 = broker.metrics()
                 run = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in
                        (REMOTE_FETCHES, REMOTE_FETCH_BYTES, REMOTE_FETCH_ERRORS, REMOTE_EXPIRED,
-                        READER_TIMER + "_count", READER_TIMER + "_sum")}
+                        READER_TIMER + "_count", READER_TIMER + "_sum", PREFETCH_HITS, PREFETCH_MISSES)}
                 run["wall_s"] = result.samples_s[-1]
                 run["server_cpu_s"] = result.server_cpu_s[-1]
+                if store0 is not None:
+                    run["store_cpu_s"] = _proc_cpu_s(server.proc.pid) - store0
                 if events_before is not None:
                     after = _fetch_events(remote_dir)
                     run.update({f"events_{k}": after.get(k, 0) - events_before.get(k, 0) for k in after})
@@ -793,12 +847,16 @@ def format_remote_runs(info: dict) -> str:
         if "events_FETCH_SEGMENT" in run:
             events = (f"; local RSM events: FETCH_SEGMENT {run['events_FETCH_SEGMENT']}, "
                       f"FETCH_OFFSET_INDEX {run.get('events_FETCH_OFFSET_INDEX', 0)}")
+        ahead = ""
+        if run.get(PREFETCH_HITS, 0) or run.get(PREFETCH_MISSES, 0):
+            ahead = f"; read-ahead hits {run[PREFETCH_HITS]:.0f}, misses {run[PREFETCH_MISSES]:.0f}"
         lines.append(
             f"  {info['backend']} {run['pass']}: "
             f"{fetches:.0f} remote reads ({run[REMOTE_FETCH_BYTES] / max(fetches, 1) / MiB:.2f} MiB each), "
             f"{per_fetch_ms:.1f} ms wall per remote read of which {avg_reader:.1f} ms in the reader thread "
-            f"({100 * reader_ms / 1e3 / run['wall_s']:.0f}% of the wall time); broker CPU {run['server_cpu_s']:.2f} s; "
-            f"errors {run[REMOTE_FETCH_ERRORS]:.0f}, expired {run[REMOTE_EXPIRED]:.0f}{events}")
+            f"({100 * reader_ms / 1e3 / run['wall_s']:.0f}% of the wall time); broker CPU {run['server_cpu_s']:.2f} s"
+            + (f", SeaweedFS CPU {run['store_cpu_s']:.2f} s" if "store_cpu_s" in run else "") + "; "
+            f"errors {run[REMOTE_FETCH_ERRORS]:.0f}, expired {run[REMOTE_EXPIRED]:.0f}{ahead}{events}")
     return "\n".join(lines)
 
 
@@ -969,9 +1027,10 @@ def format_broker_restart(r: dict) -> str:
 
 
 NOTES = """\
-notes: copy - MB/s counts .log bytes on both sides (the RSM also writes the .index, .timeindex,
-       producer snapshot and leader-epoch files: they are its overhead); every side fsyncs (local)
-       or waits for the store's acknowledgement (s3); runs alternate, os.sync() before each.
+notes: copy - MB/s counts the bytes of all the files (.log, .index, .timeindex, producer snapshot,
+       leader-epoch checkpoint) on both sides, put one by one for the baseline; the '.log only'
+       rows count the .log bytes (the index files are then the RSM's overhead); every side fsyncs
+       (local) or waits for the store's acknowledgement (s3); runs alternate, os.sync() before each.
        consume - payload bytes / wall time from assign() to the last record; the tiered topic's
        active segment is served locally (see 'remote segments'); both topics are read from the
        page cache (s3: SeaweedFS's volume files); CPU s = broker process / this process
@@ -1078,6 +1137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consume-reps", type=int)
     parser.add_argument("--restart-segments", type=int, help="segments of the in-memory RLMM restart")
     parser.add_argument("--broker-restart-segments", type=int, help="segments of the real broker restart")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker prop for the consume part (repeatable), e.g. "
+                             "remote.log.reader.prefetch.total.size.bytes=0 to measure without read-ahead")
     parser.add_argument("--dir", type=Path, default=OUT / "work" / "tiered", help="scratch directory (deleted)")
     parser.add_argument("--json", type=Path, default=OUT / "tiered_bench.json", help="where to write results")
     args = parser.parse_args(argv)
@@ -1085,7 +1147,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in (("copy_reps", args.copy_reps), ("consume_mib", args.consume_mib),
                                    ("consume_reps", args.consume_reps), ("restart_segments", args.restart_segments),
                                    ("broker_restart_segments", args.broker_restart_segments)) if v is not None}
-    cfg = dataclasses.replace(cfg, s3=not args.no_s3, **overrides)
+    props = tuple(tuple(kv.split("=", 1)) for kv in args.set)
+    if any(len(kv) != 2 for kv in props):
+        parser.error("--set takes KEY=VALUE")
+    cfg = dataclasses.replace(cfg, s3=not args.no_s3, broker_props=props, **overrides)  # type: ignore[arg-type]
     started = time.perf_counter()
     report = run(args.dir, cfg, args.only)
     report["mode"] = "quick" if args.quick else "default"

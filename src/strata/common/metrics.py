@@ -526,6 +526,9 @@ def broker_topic_metrics(registry: Registry) -> BrokerTopicMetrics:
 RLM_READER_FETCH_TIMER = "kafka_log_remote_RemoteLogManager_RemoteLogReaderFetchRateAndTimeMs"
 RLM_TASKS_AVG_IDLE = "kafka_log_remote_RemoteLogManager_RemoteLogManagerTasksAvgIdlePercent"
 DELAYED_REMOTE_FETCH_EXPIRES = "kafka_server_DelayedRemoteFetchMetrics_ExpiresPerSec"
+RLM_PREFETCH_HITS = "kafka_log_remote_RemoteLogManager_RemoteLogReaderPrefetchHitsPerSec"
+RLM_PREFETCH_MISSES = "kafka_log_remote_RemoteLogManager_RemoteLogReaderPrefetchMissesPerSec"
+RLM_PREFETCH_BYTES = "kafka_log_remote_RemoteLogManager_RemoteLogReaderPrefetchBytes"
 READER_POOL = "org_apache_kafka_storage_internals_log_RemoteStorageThreadPool"
 READER_TASK_QUEUE_SIZE = f"{READER_POOL}_RemoteLogReaderTaskQueueSize"
 READER_AVG_IDLE = f"{READER_POOL}_RemoteLogReaderAvgIdlePercent"
@@ -555,6 +558,12 @@ class RemoteStorageMetrics:
             READER_AVG_IDLE, "Average idle fraction of the remote log reader threads.", fn=_absent)
         self.RemoteLogManagerTasksAvgIdlePercent = registry.gauge(
             RLM_TASKS_AVG_IDLE, "Average idle fraction of the remote log manager copy threads.", fn=_absent)
+        self.RemoteLogReaderPrefetchHitsPerSec = registry.meter(
+            RLM_PREFETCH_HITS, "Remote reads served from a read-ahead window (its store read done or under way).")
+        self.RemoteLogReaderPrefetchMissesPerSec = registry.meter(
+            RLM_PREFETCH_MISSES, "Remote reads with read-ahead on that found no window and read the store.")
+        self.RemoteLogReaderPrefetchBytes = registry.gauge(
+            RLM_PREFETCH_BYTES, "Bytes held or being read by the remote reader's read-ahead windows.", fn=_absent)
 
 
 def remote_storage_metrics(registry: Registry) -> RemoteStorageMetrics:

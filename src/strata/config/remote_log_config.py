@@ -50,6 +50,12 @@ REMOTE_LOG_KEYS = [
     ConfigKey("remote.log.reader.threads", "int", 10, at_least(1), "Threads serving reads from the remote tier"),
     ConfigKey("remote.log.reader.max.pending.tasks", "int", 100, at_least(1),
               "Queued remote reads beyond which a fetch gets an error at once"),
+    ConfigKey("remote.log.reader.prefetch.total.size.bytes", "long", 128 * 1024**2, at_least(0),
+              "Memory for read-ahead windows of remote segments, all partitions together; 0 disables read-ahead"),
+    ConfigKey("remote.log.reader.prefetch.windows", "int", 2, at_least(1),
+              "Read-ahead windows kept ahead of a sequential reader of a partition"),
+    ConfigKey("remote.log.reader.prefetch.window.bytes", "int", 8 * 1024**2, at_least(1),
+              "Size of a read-ahead window: at least this, or the fetch's max bytes when larger"),
     ConfigKey("remote.fetch.max.wait.ms", "int", 500, at_least(1),
               "How long a fetch waits for remote reads before answering without them"),
     ConfigKey("remote.list.offsets.request.timeout.ms", "long", 30_000, at_least(1),
@@ -76,6 +82,9 @@ class RemoteLogManagerConfig:
     task_retry_jitter: float
     reader_threads: int
     reader_max_pending_tasks: int
+    reader_prefetch_total_size_bytes: int
+    reader_prefetch_windows: int
+    reader_prefetch_window_bytes: int
     fetch_max_wait_ms: int
     list_offsets_timeout_ms: int
     rsm_props: Mapping[str, str]
@@ -101,6 +110,9 @@ class RemoteLogManagerConfig:
             task_retry_jitter=p["remote.log.manager.task.retry.jitter"],
             reader_threads=p["remote.log.reader.threads"],
             reader_max_pending_tasks=p["remote.log.reader.max.pending.tasks"],
+            reader_prefetch_total_size_bytes=p["remote.log.reader.prefetch.total.size.bytes"],
+            reader_prefetch_windows=p["remote.log.reader.prefetch.windows"],
+            reader_prefetch_window_bytes=p["remote.log.reader.prefetch.window.bytes"],
             fetch_max_wait_ms=p["remote.fetch.max.wait.ms"],
             list_offsets_timeout_ms=p["remote.list.offsets.request.timeout.ms"],
             rsm_props={k[len(rsm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rsm_prefix)},

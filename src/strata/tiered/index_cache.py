@@ -158,6 +158,16 @@ class RemoteIndexCache:
         finally:
             self._release(entry)
 
+    def floor_position(self, md: RemoteLogSegmentMetadata, position: int) -> int:
+        """The largest offset-index position at or below ``position`` (0 if none): a batch boundary
+        from which a header scan up to ``position`` is at most ``index.interval.bytes`` plus a batch."""
+        entry = self._acquire(md)
+        try:
+            found = entry.offset_index.lookup_by_position(position)
+            return found.position if found is not None else 0
+        finally:
+            self._release(entry)
+
     def lookup_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int) -> int:
         """Position to scan from for the first record with a timestamp >= ``timestamp`` (Kafka's rule:
         the offset index position of ``max(starting_offset, timeIndex.lookup(ts).offset)``)."""

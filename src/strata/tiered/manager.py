@@ -146,8 +146,15 @@ class RemoteLogManager:
         """Open the remote index cache; the RLMM was initialised by the broker (it owns the topic)."""
         self._scratch.mkdir(parents=True, exist_ok=True)
         self.index_cache = RemoteIndexCache(self.rsm, self.log_dir, self.config.index_cache_total_size_bytes)
-        self.reader = RemoteLogReader(self.rsm, self.rlmm, self.index_cache)
+        self.reader = RemoteLogReader(self.rsm, self.rlmm, self.index_cache,
+                                      prefetch_total_bytes=self.config.reader_prefetch_total_size_bytes,
+                                      prefetch_windows=self.config.reader_prefetch_windows,
+                                      prefetch_window_bytes=self.config.reader_prefetch_window_bytes,
+                                      prefetch_submit=self._reader.submit)
         self.stats.remote.RemoteLogReaderTaskQueueSize.set_function(lambda: self._pending_reads)
+        read_ahead = self.reader.read_ahead
+        if read_ahead is not None:
+            self.stats.remote.RemoteLogReaderPrefetchBytes.set_function(lambda: read_ahead.bytes)
 
     async def close(self) -> None:
         self._closed = True
@@ -160,6 +167,8 @@ class RemoteLogManager:
             await loop.run_in_executor(None, lambda p=pool: p.shutdown(wait=True, cancel_futures=True))
         if self.index_cache is not None:
             self.index_cache.close()
+        if self.reader is not None:
+            self.reader.close()
         for plugin in (self.rlmm, self.rsm):
             try:  # off the loop: the RLMM may wait for a background load that needs the loop
                 await loop.run_in_executor(None, plugin.close)
@@ -387,8 +396,11 @@ class RemoteLogManager:
         self._update_state(md, S.DELETE_SEGMENT_FINISHED)
 
     def _forget_indexes(self, md: RemoteLogSegmentMetadata) -> None:
+        """The segment was deleted: drop its cached indexes and read-ahead windows."""
         if self.index_cache is not None:
             self.index_cache.remove(md.remote_log_segment_id.id)
+        if self.reader is not None:
+            self.reader.forget_segment(md.remote_log_segment_id.id)
 
     def _record_lag(self, st: PartitionTierState) -> None:
         plog = self._log_for(st.tp)
@@ -483,6 +495,9 @@ class RemoteLogManager:
                 raise
             stats.mark("RemoteFetchBytesPerSec", topic, len(result.records))
             stats.remote.RemoteLogReaderFetchRateAndTimeMs.update((time.monotonic() - started) * 1e3)
+            if result.read_ahead_hit is not None:
+                (stats.remote.RemoteLogReaderPrefetchHitsPerSec if result.read_ahead_hit
+                 else stats.remote.RemoteLogReaderPrefetchMissesPerSec).mark()
             return result
 
         return self._submit_read(run)

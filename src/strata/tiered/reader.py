@@ -28,14 +28,44 @@ Two deliberate departures from Kafka:
 Batches stay opaque: only the 61-byte headers are parsed (``parse_header``), except that the
 timestamp search decodes the records of the one batch that holds the answer, as the local
 ``LogSegment.find_offset_by_timestamp`` does.
+
+**Read-ahead** (``ReadAhead``, ``remote.log.reader.prefetch.*``; Aiven's chunk-cache prefetch and
+Redpanda's ``cloud_storage_chunk_prefetch`` do the same). A consumer keeps one fetch in flight per
+broker, so without it every remote fetch waits for a store round trip in series with the consumer's
+own work. After serving ``[pos, end)`` of a segment the reader queues the read of the partition's
+next window - ``[end, end + w)`` of the same segment, or the start of the next segment once ``end``
+is the segment's end, with ``w`` the fetch's ``max_bytes`` but at least ``...window.bytes`` (8 MiB)
+- on the reader pool, and ``...windows`` (2) windows are kept ahead this way: each is queued when
+the one before it has arrived (its last whole batch says where the next starts), or at once when the
+one before ends its segment. A window larger than the fetches is served to several of them, so the
+store's latency is paid once per window. The windows live in a small cache keyed by ``(remote
+segment id, byte position)``: a remote segment's bytes never change under its id, so an entry can
+never be stale; deleting the segment drops its entries anyway (memory). An entry starts at a batch
+boundary and records the highest offset of the batches before it, which is what makes it usable for
+a fetch without knowing that offset's position: a fetch for offset ``f`` may scan from the entry when
+every batch before it ends below ``f`` (or when the offset index itself points into the entry). A
+fetch served from an entry takes it out of the cache and is answered from its bytes alone (whole
+batches up to ``max_bytes`` or the entry's end, so it may be shorter than ``max_bytes``); the rest of
+the entry, when it holds whole batches, goes back as an entry of its own (a slice: no copy). An entry
+still being read is waited for; one still queued is read by the fetch itself (no deadlock on a
+saturated pool, no second GET). A failed read-ahead is dropped and the fetch reads as if there had
+been none. The cache is bounded by ``...total.size.bytes``, reads in flight included. Only idle
+finished windows (untouched for ``PREFETCH_IDLE_EVICT_S``: their consumer stopped or went elsewhere)
+are evicted for new ones; when the budget is held by windows in use a new window is not read ahead,
+so many consumers degrade to plain reads instead of evicting each other's windows before use.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from strata.errors import OffsetOutOfRangeError, TruncatedBatchError
 from strata.log.segment import TimestampAndOffset
@@ -50,12 +80,24 @@ from strata.tiered.api import (
 )
 from strata.tiered.index_cache import RemoteIndexCache
 
+log = logging.getLogger(__name__)
+
 DEFAULT_SCAN_SLACK_BYTES = 16 * 1024
 """Extra bytes per read window: covers the skip from an index entry to the fetch offset (entries are
 ``index.interval.bytes`` = 4 KiB apart by default) and header scans for timestamps."""
 
 LeaderEpochs = Sequence[tuple[int, int]]
 """``(epoch, start_offset)`` pairs ascending, e.g. ``LeaderEpochFileCache.epoch_entries()``."""
+
+DEFAULT_PREFETCH_WINDOWS = 2
+DEFAULT_PREFETCH_WINDOW_BYTES = 8 * 1024 * 1024
+"""A read-ahead window is at least this, or the fetch's ``max_bytes`` when larger. Bigger than a
+consumer's usual fetch (1 MiB) on purpose: one store round trip then serves several fetches (the
+rest of a window is kept and served as it is), so the latency is paid once per window, not per fetch."""
+PREFETCH_IDLE_EVICT_S = 1.0
+"""A finished window untouched this long belongs to a consumer that stopped or went elsewhere: it
+may be evicted to make room. Windows of consumers still reading are never evicted for others' (that
+would thrash: windows dropped before use, each read twice); a window that does not fit is skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +124,9 @@ class RemoteFetchResult:
     upper_bound_offset: int = -1
     remote_segment: RemoteLogSegmentMetadata | None = None
     start_position: int = 0
+    read_ahead_hit: bool | None = None
+    """True when the records came from a read-ahead window, False when the read went to the store,
+    None when read-ahead is off."""
 
 
 def epoch_for_offset(leader_epochs: LeaderEpochs, offset: int) -> int | None:
@@ -165,14 +210,16 @@ class _SegmentWindow:
     out as records, so a window's buffer is never written after the read that filled it.
     """
 
-    def __init__(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> None:
+    def __init__(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int = 0,
+                 data: memoryview | None = None, eof_at: int | None = None) -> None:
+        """An empty window, or one around bytes already read from ``start`` (a read-ahead entry's)."""
         self._rsm = rsm
         self._md = md
         size = md.segment_size_in_bytes
         self.segment_size = size if size > 0 else None  # unknown size: rely on short reads
-        self.start = 0
-        self.data = memoryview(b"")
-        self._eof_at: int | None = None
+        self.start = start
+        self.data = data if data is not None else memoryview(b"")
+        self._eof_at: int | None = eof_at
 
     @property
     def end(self) -> int:
@@ -254,15 +301,385 @@ class _SegmentWindow:
             position += header.size
 
 
+_PENDING, _RUNNING, _DONE, _FAILED = range(4)
+
+
+class _Prefetch:
+    """One read-ahead window: bytes ``[position, position + size)`` of a remote segment.
+
+    ``position`` is a batch boundary and ``after_offset`` bounds the last offsets of every batch before
+    it in the segment. ``size`` is what was asked for; ``data`` (once DONE) may be shorter only at
+    the segment's end. ``charged`` is what the cache's budget counts for it while it is cached.
+    """
+
+    __slots__ = ("md", "position", "after_offset", "size", "state", "data", "done", "chain", "tp", "epochs",
+                 "window_bytes", "charged", "cached", "aligned", "touched")
+
+    def __init__(self, md: RemoteLogSegmentMetadata, position: int, after_offset: int, size: int, *,
+                 tp: TopicIdPartition, epochs: LeaderEpochs, window_bytes: int, chain: int,
+                 data: memoryview | None = None) -> None:
+        self.md = md
+        self.position = position
+        self.after_offset = after_offset
+        self.size = size
+        self.state = _DONE if data is not None else _PENDING
+        self.data = data if data is not None else memoryview(b"")
+        self.done = threading.Event()
+        if data is not None:
+            self.done.set()
+        self.chain = chain  # windows still to read ahead after this one, once it has arrived
+        self.tp = tp
+        self.epochs = epochs
+        self.window_bytes = window_bytes
+        self.charged = len(self.data) if data is not None else size
+        self.cached = False
+        self.aligned: tuple[int, int] | None = None  # (end of the last whole batch, after_offset there)
+        self.touched = 0.0  # when a reader last found it on its way (the clock of the ReadAhead)
+
+    @property
+    def key(self) -> tuple[uuid.UUID, int]:
+        return self.md.remote_log_segment_id.id, self.position
+
+    @property
+    def end(self) -> int:
+        """Where the window's bytes end (requested while not DONE)."""
+        return self.position + (len(self.data) if self.state == _DONE else self.size)
+
+    @property
+    def eof(self) -> bool:
+        """The segment ends inside (or at the end of) the window."""
+        seg_size = self.md.segment_size_in_bytes
+        if self.state == _DONE and len(self.data) < self.size:
+            return True
+        return 0 < seg_size <= self.position + self.size
+
+
+class ReadAhead:
+    """The read-ahead windows of sequential remote reads (see the module docstring); thread-safe.
+
+    ``take`` hands a fetch the window it can be served from, ``after_read`` queues what comes next,
+    ``forget`` drops a deleted segment's entries. ``hits``/``misses`` count fetches served from a
+    window or not (the broker also meters them); ``bytes`` is what the budget counts now.
+    """
+
+    def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, index_cache: RemoteIndexCache,
+                 *, total_bytes: int, submit: Callable[[Callable[[], None]], Any],
+                 windows: int = DEFAULT_PREFETCH_WINDOWS, window_bytes: int = DEFAULT_PREFETCH_WINDOW_BYTES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if total_bytes <= 0 or windows <= 0 or window_bytes <= 0:
+            raise ValueError(f"read-ahead needs a positive budget, window count and window size, got "
+                             f"{total_bytes}, {windows}, {window_bytes}")
+        self._rsm = rsm
+        self._rlmm = rlmm
+        self._index_cache = index_cache
+        self.total_bytes = total_bytes
+        self.windows = windows
+        self.window_bytes = window_bytes
+        self._submit = submit
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[uuid.UUID, int], _Prefetch] = OrderedDict()  # least recently touched first
+        self._by_segment: dict[uuid.UUID, dict[int, _Prefetch]] = {}
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.reads = 0  # windows read from the store
+        self.failures = 0
+        self.evictions = 0  # idle finished windows dropped unused to make room
+        self.skipped = 0  # windows not read ahead: the budget was taken by windows in use
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- serving -------------------------------------------------------------------------------
+
+    def take(self, md: RemoteLogSegmentMetadata, fetch_offset: int,
+             index_position: int) -> tuple[_SegmentWindow | None, bool]:
+        """A window of ``md`` a fetch of ``fetch_offset`` may scan from, taken out of the cache (None if
+        none), and whether that was a hit: the fetch did not read the store itself.
+
+        ``index_position`` is the offset index's position for the offset: scanning from there is
+        always valid, so an entry holding it qualifies too. An entry being read is waited for (a hit:
+        the read was under way); one still queued is read here (a miss, though its window is used);
+        a failed one is a miss without a window.
+        """
+        segment = md.remote_log_segment_id.id
+        with self._lock:
+            best: _Prefetch | None = None
+            for entry in self._by_segment.get(segment, {}).values():
+                if entry.after_offset >= fetch_offset and entry.position > index_position:
+                    continue  # a batch before the entry may hold the offset
+                if max(entry.position, index_position) >= entry.end:
+                    continue  # the scan would start past the entry's bytes
+                if best is None or entry.position > best.position:
+                    best = entry
+            if best is None:
+                self.misses += 1
+                return None, False
+            self._unlink(best)
+            run_here = best.state == _PENDING
+            if run_here:
+                best.state = _RUNNING
+        if run_here:
+            self._read(best)
+        else:
+            best.done.wait()
+        hit = best.state == _DONE and not run_here
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+        if best.state != _DONE:
+            return None, False
+        eof_at = best.position + len(best.data) if best.eof else None
+        return _SegmentWindow(self._rsm, best.md, best.position, best.data, eof_at), hit
+
+    def after_read(self, tp: TopicIdPartition, epochs: LeaderEpochs, md: RemoteLogSegmentMetadata,
+                   served_from: _SegmentWindow | None, end: int, last_offset: int, max_bytes: int) -> None:
+        """A fetch was answered with ``md``'s batches up to ``end`` (last offset ``last_offset``): keep
+        what is left of the read-ahead window it was served from, and read the next windows ahead.
+        Never raises: read-ahead is an optimisation, the fetch it follows has its answer."""
+        try:
+            window_bytes = max(max_bytes, self.window_bytes)
+            if served_from is not None and end < served_from.end:
+                rest = served_from.view(end, served_from.end)
+                if _starts_with_whole_batch(rest):
+                    at_eof = served_from.at_eof(served_from.end)  # then size > len(data) marks the end
+                    entry = _Prefetch(md, end, last_offset, len(rest) + int(at_eof), tp=tp, epochs=epochs,
+                                      window_bytes=window_bytes, chain=0, data=rest)
+                    with self._lock:
+                        if entry.key not in self._entries and self._make_room(entry.charged):
+                            self._link(entry)
+            self._extend(tp, epochs, md, end, last_offset, window_bytes, self.windows)
+        except Exception as e:
+            log.debug("no read-ahead after %s: %s: %s", md.remote_log_segment_id, type(e).__name__, e)
+
+    def forget(self, segment_id: uuid.UUID) -> None:
+        with self._lock:
+            for entry in list(self._by_segment.get(segment_id, {}).values()):
+                self._unlink(entry)
+
+    def clear(self) -> None:
+        with self._lock:
+            for entry in list(self._entries.values()):
+                self._unlink(entry)
+
+    # -- reading ahead -------------------------------------------------------------------------
+
+    def _extend(self, tp: TopicIdPartition, epochs: LeaderEpochs, md: RemoteLogSegmentMetadata, position: int,
+                after_offset: int, window_bytes: int, windows: int) -> None:
+        """Make sure ``windows`` windows from ``position`` are cached or on their way, walking through
+        those that are. A window is queued once the one before it has arrived (its last whole batch
+        says where the next starts), or at once when the one before ends its segment."""
+        for i in range(windows):
+            seg_size = md.segment_size_in_bytes
+            if 0 < seg_size <= position:
+                following = next_segment(self._rlmm, tp, epochs, md)
+                if following is None:
+                    return
+                md, position, after_offset = following, 0, following.start_offset - 1
+                seg_size = md.segment_size_in_bytes
+            key = (md.remote_log_segment_id.id, position)
+            queued = False
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is None:
+                    size = min(window_bytes, max(1, self.total_bytes // self.windows))
+                    if seg_size > 0:
+                        size = min(size, seg_size - position)
+                    if size <= 0 or not self._make_room(size):
+                        return
+                    entry = _Prefetch(md, position, after_offset, size, tp=tp, epochs=epochs,
+                                      window_bytes=window_bytes, chain=windows - i - 1)
+                    self._link(entry)
+                    queued = True
+                else:
+                    self._touch(entry)
+                done = entry.state == _DONE
+                if not done:  # its arrival continues the walk (the state changes under this lock)
+                    entry.chain = max(entry.chain, windows - i - 1)
+            if queued:
+                try:
+                    self._submit(lambda entry=entry: self._run(entry))
+                except RuntimeError:  # the pool is shut down: the broker is stopping
+                    with self._lock:
+                        self._unlink(entry)
+                    return
+            if not done:
+                if not entry.eof:
+                    return
+                position = seg_size  # it ends the segment: the next window is the next segment's start
+                continue
+            position, after_offset = self._aligned_end(entry)
+            if entry.eof and position < entry.end:
+                return  # the segment ends inside a batch: nothing sensible follows
+
+    def _run(self, entry: _Prefetch) -> None:
+        """The pool task of a queued window."""
+        with self._lock:
+            if entry.state != _PENDING:
+                return  # a fetch claimed it and reads it itself, or it was dropped
+            entry.state = _RUNNING
+        self._read(entry, chain=True)
+
+    def _read(self, entry: _Prefetch, chain: bool = False) -> None:
+        """Read the window's bytes (on a pool thread, or the fetch's own); a failure only drops it.
+
+        With ``chain`` the windows after it are queued before a fetch waiting for this one is woken:
+        that fetch then finds them queued instead of racing this thread to queue them (and a window
+        it has already taken would otherwise be queued again, and read twice).
+        """
+        try:
+            data = fetch_remote_segment_bytes(self._rsm, entry.md, entry.position, entry.position + entry.size)
+        except Exception as e:
+            log.debug("read-ahead of %s [%d, %d) failed: %s: %s", entry.md.remote_log_segment_id, entry.position,
+                      entry.position + entry.size, type(e).__name__, e)
+            with self._lock:
+                self.failures += 1
+                entry.state = _FAILED
+                self._unlink(entry)
+            entry.done.set()
+            return
+        with self._lock:
+            self.reads += 1
+            entry.data = data
+            entry.state = _DONE
+            if entry.cached:
+                self._bytes += len(data) - entry.charged
+                self._touch(entry)
+            entry.charged = len(data)
+            more = entry.chain if chain and entry.cached else 0  # a fetch that took it extends from there
+        try:
+            if more > 0:
+                position, after_offset = self._aligned_end(entry)
+                if not (entry.eof and position < entry.end):
+                    self._extend(entry.tp, entry.epochs, entry.md, position, after_offset, entry.window_bytes, more)
+        except Exception as e:  # the chain just stops; the next fetch extends it again
+            log.debug("read-ahead after %s stopped: %s: %s", entry.md.remote_log_segment_id, type(e).__name__, e)
+        finally:
+            entry.done.set()
+
+    def _aligned_end(self, entry: _Prefetch) -> tuple[int, int]:
+        """End of the last whole batch in a finished window, and a bound on the offsets before it.
+
+        The scan starts at the last offset-index entry whose header lies in the window, so it crosses
+        at most ``index.interval.bytes`` plus a batch whatever the window's size.
+        """
+        if entry.aligned is not None:
+            return entry.aligned
+        data, start = entry.data, entry.position
+        stop = start + len(data)
+        position, after = start, entry.after_offset
+        if len(data) >= RECORD_BATCH_OVERHEAD:
+            floor = self._index_cache.floor_position(entry.md, stop - RECORD_BATCH_OVERHEAD)
+            if floor > start:
+                position = floor
+                after = parse_header(data, floor - start, require_whole_batch=False).base_offset - 1
+            while position + RECORD_BATCH_OVERHEAD <= stop:
+                header = parse_header(data, position - start, require_whole_batch=False)
+                if position + header.size > stop:
+                    break  # ``after`` is exact: the last whole batch's, or the bound at the scan's start
+                position += header.size
+                after = header.last_offset
+        entry.aligned = (position, after)
+        return entry.aligned
+
+    # -- the cache (under the lock) ------------------------------------------------------------
+
+    def _link(self, entry: _Prefetch) -> None:
+        self._entries[entry.key] = entry
+        self._by_segment.setdefault(entry.key[0], {})[entry.position] = entry
+        self._bytes += entry.charged
+        entry.cached = True
+        entry.touched = self._clock()
+
+    def _touch(self, entry: _Prefetch) -> None:
+        """A reader is on its way to it: the last to be evicted, and not idle."""
+        self._entries.move_to_end(entry.key)
+        entry.touched = self._clock()
+
+    def _unlink(self, entry: _Prefetch) -> None:
+        if not entry.cached:
+            return
+        entry.cached = False
+        self._entries.pop(entry.key, None)
+        per_segment = self._by_segment.get(entry.key[0])
+        if per_segment is not None:
+            per_segment.pop(entry.position, None)
+            if not per_segment:
+                del self._by_segment[entry.key[0]]
+        self._bytes -= entry.charged
+
+    def _make_room(self, size: int) -> bool:
+        """Evict idle finished windows, least recently touched first, until ``size`` more bytes fit;
+        False (and nothing evicted) if they do not free enough."""
+        if self._bytes + size <= self.total_bytes:
+            return True
+        idle_before = self._clock() - PREFETCH_IDLE_EVICT_S
+        idle = []
+        freed = 0
+        for entry in self._entries.values():  # least recently touched first
+            if entry.touched > idle_before:
+                break
+            if entry.state == _DONE:
+                idle.append(entry)
+                freed += entry.charged
+                if self._bytes - freed + size <= self.total_bytes:
+                    for victim in idle:
+                        self._unlink(victim)
+                    self.evictions += len(idle)
+                    return True
+        self.skipped += 1
+        return False
+
+
+def _starts_with_whole_batch(data: memoryview) -> bool:
+    if len(data) < RECORD_BATCH_OVERHEAD:
+        return False
+    return parse_header(data, 0, require_whole_batch=False).size <= len(data)
+
+
+def next_segment(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, leader_epochs: LeaderEpochs,
+                 md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+    """Kafka's ``findNextSegmentMetadata``: the segment holding ``end_offset + 1`` in its epoch."""
+    next_offset = md.end_offset + 1
+    epoch = epoch_for_offset(leader_epochs, next_offset)
+    return rlmm.remote_log_segment_metadata(tp, epoch, next_offset) if epoch is not None else None
+
+
 class RemoteLogReader:
     """Serves reads and timestamp lookups from remote segments (one per broker, shared by threads)."""
 
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, index_cache: RemoteIndexCache,
-                 *, scan_slack_bytes: int = DEFAULT_SCAN_SLACK_BYTES) -> None:
+                 *, scan_slack_bytes: int = DEFAULT_SCAN_SLACK_BYTES, prefetch_total_bytes: int = 0,
+                 prefetch_windows: int = DEFAULT_PREFETCH_WINDOWS,
+                 prefetch_window_bytes: int = DEFAULT_PREFETCH_WINDOW_BYTES,
+                 prefetch_submit: Callable[[Callable[[], None]], Any] | None = None) -> None:
+        """``prefetch_submit`` runs a read-ahead task on the reader pool (``Executor.submit``); read-ahead
+        is on when it is given and ``prefetch_total_bytes`` and ``prefetch_windows`` are positive."""
         self.rsm = rsm
         self.rlmm = rlmm
         self.index_cache = index_cache
         self.scan_slack_bytes = max(scan_slack_bytes, RECORD_BATCH_OVERHEAD)
+        self.read_ahead: ReadAhead | None = None
+        if prefetch_submit is not None and prefetch_total_bytes > 0 and prefetch_windows > 0:
+            self.read_ahead = ReadAhead(rsm, rlmm, index_cache, total_bytes=prefetch_total_bytes,
+                                        windows=prefetch_windows, window_bytes=prefetch_window_bytes,
+                                        submit=prefetch_submit)
+
+    def forget_segment(self, segment_id: uuid.UUID) -> None:
+        """The segment was deleted: drop its read-ahead entries (their bytes are not stale, but dead weight)."""
+        if self.read_ahead is not None:
+            self.read_ahead.forget(segment_id)
+
+    def close(self) -> None:
+        if self.read_ahead is not None:
+            self.read_ahead.clear()
 
     # -- fetch ---------------------------------------------------------------------------------
 
@@ -281,43 +698,54 @@ class RemoteLogReader:
             raise offset_out_of_range(tp, fetch_offset, epoch)
         empty_txns: list[AbortedTxn] | None = [] if read_committed else None
         read_ahead = max_bytes + self.scan_slack_bytes
+        ahead = self.read_ahead
         # A segment may hold no batch at or after the offset (compaction, or aborted-transaction gaps
         # at its end): Kafka then moves to the segment holding end_offset + 1.
         while True:
             start_pos, next_pos = self.index_cache.lookup_offset(md, fetch_offset)
-            # The wanted batch starts by next_pos, so one read covers the skip to it plus max_bytes
-            # after it. At the segment's start offset it is the first batch: no skip.
-            starts_by = start_pos if next_pos is None or fetch_offset <= md.start_offset else max(next_pos, start_pos)
-            window = _SegmentWindow(self.rsm, md)
-            window.load(start_pos, starts_by + read_ahead)
-            first = next(((pos, h) for pos, h in window.headers(start_pos, read_ahead)
+            window, hit = ahead.take(md, fetch_offset, start_pos) if ahead is not None else (None, None)
+            from_ahead = window is not None  # of the segment that answers (the last one tried)
+            if window is not None:  # the bytes are here: scan from the entry's start (or the index's, if later)
+                scan_from = max(start_pos, window.start)
+            else:
+                # The wanted batch starts by next_pos, so one read covers the skip to it plus max_bytes
+                # after it. At the segment's start offset it is the first batch: no skip.
+                starts_by = start_pos if next_pos is None or fetch_offset <= md.start_offset \
+                    else max(next_pos, start_pos)
+                window = _SegmentWindow(self.rsm, md)
+                window.load(start_pos, starts_by + read_ahead)
+                scan_from = start_pos
+            first = next(((pos, h) for pos, h in window.headers(scan_from, read_ahead)
                           if h.last_offset >= fetch_offset), None)
             if first is not None:
                 break
             md = self._next_segment(tp, leader_epochs, md)
             if md is None:
-                return RemoteFetchResult(b"", fetch_offset, empty_txns)
+                return RemoteFetchResult(b"", fetch_offset, empty_txns, read_ahead_hit=hit)
         position, header = first
         if not min_one_message and header.size > max_bytes:
-            return RemoteFetchResult(b"", fetch_offset, empty_txns, remote_segment=md, start_position=position)
+            return RemoteFetchResult(b"", fetch_offset, empty_txns, remote_segment=md, start_position=position,
+                                     read_ahead_hit=hit)
         limit = max(max_bytes, header.size) if min_one_message else max_bytes
-        window.ensure(position, position + limit)
+        if not (from_ahead and position + header.size <= window.end):
+            window.ensure(position, position + limit)
+        # else: a read-ahead window answers with what it holds (whole batches), without another read
         end, last_offset = _whole_batches_end(window, position, min(position + limit, window.end))
         if end == position:  # the window was sized for the first batch: the store cut the segment short
             raise TruncatedBatchError(f"remote segment {md.remote_log_segment_id} ends inside a batch", position)
         records = window.view(position, end)  # a view of the read buffer: no copy on this thread
+        if ahead is not None:
+            ahead.after_read(tp, leader_epochs, md, window if from_ahead else None, end, last_offset, max_bytes)
         aborted, complete = None, True
         if read_committed:
             aborted, complete = self._collect_aborted_txns(tp, leader_epochs, md, header.base_offset,
                                                            last_offset + 1)
-        return RemoteFetchResult(records, header.base_offset, aborted, complete, last_offset + 1, md, position)
+        return RemoteFetchResult(records, header.base_offset, aborted, complete, last_offset + 1, md, position,
+                                 read_ahead_hit=hit)
 
     def _next_segment(self, tp: TopicIdPartition, leader_epochs: LeaderEpochs,
                       md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
-        """Kafka's ``findNextSegmentMetadata``: the segment holding ``end_offset + 1`` in its epoch."""
-        next_offset = md.end_offset + 1
-        epoch = epoch_for_offset(leader_epochs, next_offset)
-        return self.rlmm.remote_log_segment_metadata(tp, epoch, next_offset) if epoch is not None else None
+        return next_segment(self.rlmm, tp, leader_epochs, md)
 
     def _collect_aborted_txns(self, tp: TopicIdPartition, leader_epochs: LeaderEpochs,
                               md: RemoteLogSegmentMetadata, start_offset: int,

@@ -193,39 +193,118 @@ def test_config_errors_name_the_key(tmp_path: Path, make_segment: MakeSegment) -
 
 def test_a_copy_writes_all_temp_files_then_fsyncs_then_renames_then_one_directory_fsync(
         tmp_path: Path, make_segment: MakeSegment, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The small index files no longer pay a write-fsync-rename each: every temp file is written
-    and fsynced before the first rename, and the directory is fsynced once, last."""
+    """The small index files do not pay a write-fsync-rename each: every temp file is written (smallest
+    first) and fsynced (largest first) before the first rename, and the directory is fsynced once, last."""
     import strata.tiered.storage.local as local_module
 
     rsm = local(tmp_path / "remote")
     seg = make_segment(txn=True)
+    rsm.copy_log_segment_data(seg.with_new_id().metadata, seg.data)  # the partition directory exists now
     steps: list[tuple[str, str]] = []
-    fsync_path, replace = local_module.fsync_path, local_module.os.replace
+    write, fsync_file, fsync_path, replace = (local_module._write_source, local_module._fsync_file,
+                                              local_module.fsync_path, local_module.os.replace)
 
-    def fsync(path: Path) -> None:
-        steps.append(("fsync", Path(path).name))
+    def written(fd: int, target: Path, source: Path | bytes) -> None:
+        steps.append(("write", target.name))
+        write(fd, target, source)
+
+    def fsynced(fd: int, target: Path) -> None:
+        steps.append(("fsync", target.name))
+        fsync_file(fd, target)
+
+    def dir_fsynced(path: Path) -> None:
+        steps.append(("fsync dir", Path(path).name))
         fsync_path(path)
 
     def rename(src: Path, dst: Path) -> None:
+        assert ".tmp-" in Path(src).name
         steps.append(("rename", Path(dst).name))
         replace(src, dst)
 
-    copyfile = local_module.shutil.copyfile
-
-    def copy(src: Path, dst: Path) -> None:  # the file sources (the leader-epoch checkpoint is bytes)
-        steps.append(("write", Path(dst).name))
-        copyfile(src, dst)
-
-    monkeypatch.setattr(local_module, "fsync_path", fsync)
+    monkeypatch.setattr(local_module, "_write_source", written)
+    monkeypatch.setattr(local_module, "_fsync_file", fsynced)
+    monkeypatch.setattr(local_module, "fsync_path", dir_fsynced)
     monkeypatch.setattr(local_module.os, "replace", rename)
-    monkeypatch.setattr(local_module.shutil, "copyfile", copy)
     rsm.copy_log_segment_data(seg.metadata, seg.data)
     kinds = [kind for kind, _ in steps]
-    assert kinds == ["write"] * 5 + ["fsync"] * 6 + ["rename"] * 6 + ["fsync"]
-    assert all(".tmp-" in name for _, name in steps[:11]) and steps[-1] == ("fsync", str(seg.tp.partition))
-    assert sorted(rsm.segment_files(seg.metadata)) == sorted(
-        ["log", "index", "timeindex", "snapshot", "txnindex", "leader_epoch_checkpoint"])
+    assert kinds == ["write"] * 6 + ["fsync"] * 6 + ["rename"] * 6 + ["fsync dir"]
+    assert steps[-1] == ("fsync dir", str(seg.tp.partition))
+    files = rsm.segment_files(seg.metadata)
+    sizes = {name: files[name.rsplit(".", 1)[1]].stat().st_size for _, name in steps[:6]}
+    writes = [name for kind, name in steps if kind == "write"]
+    assert [sizes[n] for n in writes] == sorted(sizes[n] for n in writes)  # smallest first
+    fsyncs = [name for kind, name in steps if kind == "fsync"]
+    assert fsyncs == writes[::-1] and fsyncs[0].endswith(".log")  # largest first
+    assert sorted(files) == sorted(["log", "index", "timeindex", "snapshot", "txnindex", "leader_epoch_checkpoint"])
+    assert files["log"].read_bytes() == seg.log_bytes()
+
+
+def test_a_copy_starts_the_writeback_of_everything_it_writes(
+        tmp_path: Path, make_segment: MakeSegment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every byte of every file is handed to ``sync_file_range`` as it is written (the .log in
+    WRITEBACK_CHUNK pieces); that only starts I/O early, the fsyncs still follow."""
+    import strata.tiered.storage.local as local_module
+
+    monkeypatch.setattr(local_module, "WRITEBACK_CHUNK", 64 * 1024)
+    started: dict[int, list[tuple[int, int]]] = {}
+    start = local_module._start_writeback
+
+    def record(fd: int, offset: int, nbytes: int) -> None:
+        started.setdefault(fd, []).append((offset, nbytes))
+        start(fd, offset, nbytes)
+
+    monkeypatch.setattr(local_module, "_start_writeback", record)
+    rsm = local(tmp_path / "remote")
+    seg = make_segment(batches=40, value_size=2000)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    files = rsm.segment_files(seg.metadata)
+    sizes = sorted(p.stat().st_size for p in files.values())
+    covered = sorted(sum(n for _, n in ranges) for ranges in started.values())
+    assert covered == sizes
+    log_ranges = max(started.values(), key=lambda r: sum(n for _, n in r))
+    assert len(log_ranges) > 1 and all(n <= 64 * 1024 for _, n in log_ranges)
+    assert [o for o, _ in log_ranges] == sorted(o for o, _ in log_ranges)
+
+
+def test_a_copy_without_file_to_file_sendfile_copies_by_reads(
+        tmp_path: Path, make_segment: MakeSegment, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import strata.tiered.storage.local as local_module
+
+    def no_sendfile(*args: object) -> int:
+        raise OSError(errno.EINVAL, "file-to-file sendfile unsupported")
+
+    monkeypatch.setattr(local_module.os, "sendfile", no_sendfile)
+    rsm = local(tmp_path / "remote")
+    seg = make_segment()
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
     assert rsm.segment_files(seg.metadata)["log"].read_bytes() == seg.log_bytes()
+    assert rsm.segment_files(seg.metadata)["index"].read_bytes() == seg.data.offset_index.read_bytes()
+
+
+def test_the_first_copy_into_a_partition_makes_its_new_directories_durable(
+        tmp_path: Path, make_segment: MakeSegment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topic and partition directories the copy creates are fsynced into their parents: without
+    that a crash could lose the directory, and every object renamed into it."""
+    import strata.tiered.storage.local as local_module
+
+    rsm = local(tmp_path / "remote")
+    seg = make_segment()
+    fsynced: list[Path] = []
+    fsync_path = local_module.fsync_path
+
+    def record(path: Path) -> None:
+        fsynced.append(Path(path))
+        fsync_path(path)
+
+    monkeypatch.setattr(local_module, "fsync_path", record)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    partition_dir = rsm.partition_dir(seg.tp)
+    assert fsynced == [rsm.storage_dir, partition_dir.parent, partition_dir]
+    fsynced.clear()
+    rsm.copy_log_segment_data(seg.with_new_id().metadata, seg.data)
+    assert fsynced == [partition_dir]  # existing directories: the one fsync of the renames
 
 
 def test_a_ranged_fetch_reads_straight_into_the_callers_buffer(tmp_path: Path, make_segment: MakeSegment) -> None:
@@ -240,3 +319,19 @@ def test_a_ranged_fetch_reads_straight_into_the_callers_buffer(tmp_path: Path, m
     assert buf[100:4100] == data[10:4010] and buf[:100] == bytes(100)
     with rsm.fetch_log_segment(seg.metadata, 10, 4009) as stream:
         assert stream.read(3000) == data[10:3010] and stream.read(3000) == data[3010:4010]
+
+
+def test_fetch_delay_simulates_store_latency(tmp_path: Path, make_segment: MakeSegment) -> None:
+    import time
+
+    rsm = LocalTieredStorage()
+    rsm.configure({"dir": str(tmp_path / "remote"), "fetch.delay.ms": "30"})
+    seg = make_segment()
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    started = time.monotonic()
+    with rsm.fetch_log_segment(seg.metadata, 0, 99) as stream:
+        assert stream.read() == seg.log_bytes()[:100]
+    assert time.monotonic() - started >= 0.03
+    with pytest.raises(ValueError, match="fetch.delay.ms"):
+        LocalTieredStorage().configure({"dir": str(tmp_path / "other"), "fetch.delay.ms": "-1"})
+    rsm.close()
