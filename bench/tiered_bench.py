@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -82,7 +81,7 @@ for _p in (str(HERE), str(ROOT)):
 
 import report as bench_report  # noqa: E402
 from broker_bench import Server  # noqa: E402
-from report import MiB, Result, summarize  # noqa: E402
+from report import MiB, Result, run_and_save, summarize  # noqa: E402
 
 READY = re.compile(r"strata broker ready on ([\d.]+):(\d+)")
 METRICS_PORT = re.compile(r"metrics on http://[\d.]+:(\d+)/metrics")
@@ -1151,17 +1150,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(kv) != 2 for kv in props):
         parser.error("--set takes KEY=VALUE")
     cfg = dataclasses.replace(cfg, s3=not args.no_s3, broker_props=props, **overrides)  # type: ignore[arg-type]
-    started = time.perf_counter()
-    report = run(args.dir, cfg, args.only)
-    report["mode"] = "quick" if args.quick else "default"
-    report["wall_s"] = time.perf_counter() - started
-    report["environment"]["loadavg_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print_report(report)
-    print(f"wall time {report['wall_s']:.1f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"results: {args.json}")
-    return 0
+    return run_and_save(lambda: run(args.dir, cfg, args.only), print_report, quick=args.quick, json_path=args.json)
 
 
 if __name__ == "__main__":
