@@ -58,7 +58,6 @@ import statistics
 import sys
 import time
 import types
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,11 +73,10 @@ for _p in (str(HERE), str(ROOT)):
 import report as bench_report  # noqa: E402
 from report import MiB, Result, run_and_save, summarize  # noqa: E402
 from tiered_bench import (  # noqa: E402
-    FETCH_MAX_BYTES,
-    PARTITION_FETCH_BYTES,
     Broker,
     _own_cpu_s,
     _proc_cpu_s,
+    bench_consumer,
     create_topics,
     seaweedfs,
     tiered_props,
@@ -435,12 +433,9 @@ class Runner:
 
 def consume(bootstrap: str, partitions: int, records: int, value_bytes: int) -> float:
     """One confluent-kafka consumer, every partition from offset 0, until ``records`` records are in."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"spark-bench-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "log_level": 3, "fetch.queue.backoff.ms": 10,
-                  "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
-                  "receive.message.max.bytes": FETCH_MAX_BYTES + 16 * MiB})
+    c = bench_consumer(bootstrap, "spark-bench")
     try:
         c.list_topics(TOPIC, timeout=10)
         started = time.perf_counter()

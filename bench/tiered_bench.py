@@ -690,13 +690,20 @@ def produce(bootstrap: str, topic: str, records: int, record_bytes: int) -> floa
     return elapsed
 
 
-def consume_all(bootstrap: str, topic: str, records: int, partition_fetch_bytes: int = PARTITION_FETCH_BYTES) -> float:
-    from confluent_kafka import Consumer, TopicPartition
+def bench_consumer(bootstrap: str, group_prefix: str, partition_fetch_bytes: int = PARTITION_FETCH_BYTES) -> Any:
+    """The consumer every consume benchmark uses: big fetches, no commits, quiet."""
+    from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"tiered-bench-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "log_level": 3, "fetch.queue.backoff.ms": 10,
-                  "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": partition_fetch_bytes,
-                  "receive.message.max.bytes": FETCH_MAX_BYTES + 16 * MiB})
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group_prefix}-{uuid.uuid4().hex[:8]}",
+                     "enable.auto.commit": False, "log_level": 3, "fetch.queue.backoff.ms": 10,
+                     "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": partition_fetch_bytes,
+                     "receive.message.max.bytes": FETCH_MAX_BYTES + 16 * MiB})
+
+
+def consume_all(bootstrap: str, topic: str, records: int, partition_fetch_bytes: int = PARTITION_FETCH_BYTES) -> float:
+    from confluent_kafka import TopicPartition
+
+    c = bench_consumer(bootstrap, "tiered-bench", partition_fetch_bytes)
     try:
         c.list_topics(topic, timeout=10)
         started = time.perf_counter()
