@@ -174,15 +174,7 @@ class TransactionIndex:
 
     def _entries_with_position(self) -> Iterator[tuple[int, AbortedTxn]]:
         """Each complete entry with its byte position; a trailing partial entry is ignored (as Kafka)."""
-        data = self._read_all()
-        for position in range(0, len(data) - ENTRY_SIZE + 1, ENTRY_SIZE):
-            version, *fields = _ENTRY.unpack_from(data, position)
-            if version != CURRENT_VERSION:
-                raise CorruptIndexError(
-                    f"unexpected aborted transaction version {version} at byte {position} of "
-                    f"transaction index {self._path}, current version is {CURRENT_VERSION}"
-                )
-            yield position, AbortedTxn(*fields)
+        return iter_aborted_txns(self._read_all(), str(self._path))
 
     def _read_all(self) -> bytes:
         try:
@@ -227,6 +219,19 @@ class TransactionIndex:
             return 0
         except OSError as e:
             raise KafkaStorageError(f"cannot stat transaction index {self._path}: {e}") from e
+
+
+def iter_aborted_txns(data: bytes, source: str) -> Iterator[tuple[int, AbortedTxn]]:
+    """(byte position, entry) of the complete entries of ``.txnindex`` bytes (a local file or a
+    remote copy); a trailing partial entry is ignored, an unknown version is corruption."""
+    for position in range(0, len(data) - ENTRY_SIZE + 1, ENTRY_SIZE):
+        version, *fields = _ENTRY.unpack_from(data, position)
+        if version != CURRENT_VERSION:
+            raise CorruptIndexError(
+                f"unexpected aborted transaction version {version} at byte {position} of "
+                f"transaction index {source}, current version is {CURRENT_VERSION}"
+            )
+        yield position, AbortedTxn(*fields)
 
 
 def _write_fully(handle: io.FileIO, data: bytes) -> None:

@@ -377,7 +377,8 @@ def _remote_aborted_transactions(store: object, per_partition: Sequence[tuple[To
         todo = [md for md in chains.get(k, ()) if md.end_offset >= first and not md.txn_idx_empty]
         entries: list[tuple[int, int, int]] = []
         for md in todo:
-            entries.extend(aborted_transactions(read_index(store, md, IndexType.TRANSACTION)))  # type: ignore[arg-type]
+            entries.extend(aborted_transactions(read_index(store, md, IndexType.TRANSACTION),  # type: ignore[arg-type]
+                                                  f"{md.remote_log_segment_id}.txnindex"))
         out[k] = entries
     return out
 

@@ -9,10 +9,12 @@ settings. Nothing here is pickled: slices carry plain settings and open the stor
 from __future__ import annotations
 
 import bisect
+import struct
 import threading
 from collections.abc import Mapping
 from typing import Any
 
+from strata.log.txn_index import iter_aborted_txns
 from strata.tiered.api import (
     RSM_ALIASES,
     IndexType,
@@ -24,8 +26,8 @@ from strata.tiered.api import (
 
 _RSM_CACHE: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteStorageManager] = {}
 _RSM_LOCK = threading.Lock()
-OFFSET_ENTRY = 8
-TXN_ENTRY = 34
+_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, byte position
+OFFSET_ENTRY = _OFFSET_ENTRY.size
 
 
 def open_rsm(class_name: str, props: Mapping[str, str]) -> RemoteStorageManager:
@@ -58,12 +60,8 @@ class OffsetIndexView:
     """A remote segment's ``.index``: (absolute offset, byte position) of batch starts, sparse."""
 
     def __init__(self, base_offset: int, data: bytes) -> None:
-        n = len(data) // OFFSET_ENTRY
         offsets, positions = [], []
-        view = memoryview(data)
-        for i in range(n):  # a few thousand entries at most (one per index.interval.bytes)
-            rel = int.from_bytes(view[i * 8:i * 8 + 4], "big", signed=True)
-            pos = int.from_bytes(view[i * 8 + 4:i * 8 + 8], "big", signed=True)
+        for i, (rel, pos) in enumerate(_OFFSET_ENTRY.iter_unpack(data[:len(data) - len(data) % OFFSET_ENTRY])):
             if i and rel == 0 and pos == 0:
                 break  # preallocated tail (an index that was never trimmed)
             offsets.append(base_offset + rel)
@@ -90,13 +88,6 @@ class OffsetIndexView:
         return cuts
 
 
-def aborted_transactions(data: bytes) -> list[tuple[int, int, int]]:
+def aborted_transactions(data: bytes, source: str = "remote .txnindex") -> list[tuple[int, int, int]]:
     """(producer id, first offset, last offset) of every entry of a ``.txnindex``."""
-    out = []
-    for i in range(len(data) // TXN_ENTRY):
-        entry = data[i * TXN_ENTRY:(i + 1) * TXN_ENTRY]
-        pid = int.from_bytes(entry[2:10], "big", signed=True)
-        first = int.from_bytes(entry[10:18], "big", signed=True)
-        last = int.from_bytes(entry[18:26], "big", signed=True)
-        out.append((pid, first, last))
-    return out
+    return [(t.producer_id, t.first_offset, t.last_offset) for _, t in iter_aborted_txns(data, source)]

@@ -224,3 +224,23 @@ def test_describe_resource(tmp_path: Path) -> None:
     with pytest.raises(ApiError) as e:
         describe_resource(broker, views, ResourceType.TOPIC, "nope", None)
     assert e.value.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_remote_storage_plugin_props_are_reported_with_credentials_hidden(tmp_path: Path) -> None:
+    views = _by_name(_views(**{"log.dirs": str(tmp_path / "logs"), "remote.log.storage.system.enable": "true",
+                               "remote.log.storage.manager.class.name": "s3",
+                               "rsm.config.s3.bucket.name": "b", "rsm.config.aws.secret.access.key": "hush",
+                               "rsm.config.aws.access.key.id": "AKIA", "rlmm.config.x.password": "p"}
+                           ).broker_configs())
+    assert views["rsm.config.s3.bucket.name"].value == "b"
+    assert views["rsm.config.s3.bucket.name"].source == S
+    for name in ("rsm.config.aws.secret.access.key", "rsm.config.aws.access.key.id", "rlmm.config.x.password"):
+        assert views[name].value is None and views[name].is_sensitive and views[name].config_type == ConfigType.PASSWORD
+    assert "broker.id" not in {n[len("rsm.config."):] for n in views if n.startswith("rsm.config.")}
+
+
+def test_the_local_stores_default_directory_is_reported_absolute(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    views = _by_name(_views(**{"log.dirs": "logs", "remote.log.storage.system.enable": "true"}).broker_configs())
+    assert views["rsm.config.dir"].value == str(tmp_path / "logs" / "remote-storage")
+    assert views["rsm.config.dir"].source == D
