@@ -189,6 +189,16 @@ def resolve_offsets(cluster: KafkaCluster, opts: SourceOptions, keys: Sequence[T
     return out
 
 
+def checked_start(opts: SourceOptions, key: TopicPartitionKey, start: int, earliest: int) -> int:
+    """A start below what the log still holds: Spark's failOnDataLoss (fail, or start at the earliest)."""
+    if start >= earliest:
+        return start
+    if opts.fail_on_data_loss:
+        raise StrataDataLossError(f"Cannot fetch offset {start} of {key[0]}-{key[1]}: the earliest available "
+                                  f"offset is {earliest}. {DATA_LOSS_HINT}")
+    return earliest
+
+
 def partition_ranges(cluster: KafkaCluster, opts: SourceOptions, topics: Mapping[TopicPartitionKey, TopicInfo],
                      *, starting: OffsetSpec | None = None, ending: OffsetSpec | None = None,
                      ) -> dict[TopicPartitionKey, PartitionRange]:
@@ -205,11 +215,7 @@ def partition_ranges(cluster: KafkaCluster, opts: SourceOptions, topics: Mapping
     out = {}
     for k in keys:
         start, end = starts[k], min(ends[k], latest[k])
-        if start < earliest[k]:
-            if opts.fail_on_data_loss:
-                raise StrataDataLossError(f"Cannot fetch offset {start} of {k[0]}-{k[1]}: the earliest available "
-                                          f"offset is {earliest[k]}. {DATA_LOSS_HINT}")
-            start = earliest[k]
+        start = checked_start(opts, k, start, earliest[k])
         if start > end:
             raise ValueError(f"Beginning offset {start} is after the ending offset {end} for topic {k[0]} "
                              f"partition {k[1]}. You either provided an invalid fromOffset, or the Kafka topic has "

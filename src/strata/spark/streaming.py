@@ -127,7 +127,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         from strata.client.remote_metadata import RemoteLogMetadataReader
-        from strata.spark.planning import PartitionRange, plan_read, rsm_settings
+        from strata.spark.planning import PartitionRange, checked_start, plan_read, rsm_settings
 
         begin, stop = from_offsets(start), from_offsets(end)
         cluster = self._cluster()
@@ -140,14 +140,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             info = topics.get(k)
             if info is None:
                 continue  # the topic or partition is gone: nothing left to read
-            s = begin[k]
-            if s < earliest.get(k, s):
-                from strata.spark.planning import DATA_LOSS_HINT, StrataDataLossError
-
-                if self.opts.fail_on_data_loss:
-                    raise StrataDataLossError(f"Cannot fetch offset {s} of {k[0]}-{k[1]}: the earliest available "
-                                              f"offset is {earliest[k]}. {DATA_LOSS_HINT}")
-                s = earliest[k]
+            s = checked_start(self.opts, k, begin[k], earliest.get(k, begin[k]))
             ranges[k] = PartitionRange(k[0], k[1], info.topic_id, s, max(s, e), earliest.get(k, s), e)
         if "rsm" not in self._state:
             self._state["rsm"] = rsm_settings(cluster, self.opts) if self.opts.direct_remote_reads else (None, {})
