@@ -24,8 +24,9 @@ def test_defaults_are_kafkas():
         ({"remote.storage.enable": "maybe"}, "remote.storage.enable: expected a bool"),
         ({"cleanup.policy": "delete,shred"}, "'shred' is not one of"),
         ({"segment.byte": "100"}, "Unknown configuration 'segment.byte'"),
-        ({"local.retention.ms": "2000", "retention.ms": "1000"}, "local.retention.ms"),
-        ({"local.retention.bytes": "-1", "retention.bytes": "100"}, "local.retention.bytes"),
+        ({"local.retention.ms": "2000", "retention.ms": "1000", "remote.storage.enable": "true"}, "local.retention.ms"),
+        ({"local.retention.bytes": "-1", "retention.bytes": "100", "remote.storage.enable": "true"},
+         "local.retention.bytes"),
         ({"remote.storage.enable": "true", "cleanup.policy": "compact"}, "unsupported for the compacted"),
     ],
 )
@@ -33,6 +34,14 @@ def test_invalid_values_name_the_key(props, message):
     with pytest.raises(InvalidConfigError, match=message) as info:
         LogConfig.from_props(props)
     assert info.value.error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_local_retention_rules_apply_only_to_tiered_topics():
+    """Kafka validates local.retention.* against retention.* only when remote.storage.enable is true."""
+    c = LogConfig.from_props({"local.retention.ms": "2000", "retention.ms": "1000"})
+    assert (c.local_retention_ms, c.retention_ms) == (2000, 1000)
+    with pytest.raises(InvalidConfigError, match="local.retention.ms"):
+        c.with_overrides({"remote.storage.enable": "true"})
 
 
 def test_overrides_round_trip_through_kafka_names():

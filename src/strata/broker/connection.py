@@ -2,7 +2,9 @@
 
 Kafka answers a connection's requests in the order they arrived, so requests are handled one
 at a time per connection (clients pipeline up to ``max.in.flight`` requests; they queue in the
-socket buffer). A long-polling Fetch therefore holds only its own connection. Handler errors
+socket buffer). A long-polling Fetch therefore holds only its own connection, and a client that
+stops reading its responses holds at most one response (the next request is read only once the
+last answer went out) until ``connections.max.idle.ms`` passes without progress. Handler errors
 that escape (bugs) are logged and answered with the API's UNKNOWN_SERVER_ERROR response (or,
 for an API whose response has no top-level error code, by closing the connection), never
 allowed to kill the broker; framing violations close this connection only.
@@ -20,6 +22,8 @@ import logging
 import os
 import socket
 import sys
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from strata.broker.dispatch import CloseConnection, RequestContext, Spliced, handlers, supported_versions
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECV_BYTES = 256 * 1024
+_shared = threading.local()  # one receive buffer per event-loop thread, shared by its connections
 LARGE_PART = 64 * 1024  # buffers at least this big are sent as they are instead of copied into one
 MSG_MORE = getattr(socket, "MSG_MORE", 0)
 M_TRIM_THRESHOLD = -1
@@ -66,21 +71,51 @@ def tune_allocator() -> None:
     mallopt(M_TRIM_THRESHOLD, 128 * 1024 * 1024)
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    """The fd callback: the waiter may already be cancelled (a shutdown closing the connection in the
+    same loop iteration the fd became ready); ``set_result`` would then log an InvalidStateError."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
     waiter = loop.create_future()
-    loop.add_writer(fd, waiter.set_result, None)
+    loop.add_writer(fd, _wake, waiter)
     try:
         await waiter
     finally:
         loop.remove_writer(fd)
 
 
+async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    waiter = loop.create_future()
+    loop.add_reader(fd, _wake, waiter)
+    try:
+        await waiter
+    finally:
+        loop.remove_reader(fd)
+
+
+def _receive_buffer() -> memoryview:
+    """The event-loop thread's receive buffer: idle connections hold no buffer of their own.
+
+    It is only ever filled and handed to the sans-IO connection (which copies) with no ``await`` in
+    between (:meth:`ClientConnection._recv`), so the connections of one loop can share it; a
+    buffer per connection made a thousand idle connections cost 256 MiB of RSS.
+    """
+    view: memoryview | None = getattr(_shared, "view", None)
+    if view is None:
+        view = _shared.view = memoryview(bytearray(RECV_BYTES))
+    return view
+
+
 async def send_bytes(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | bytearray | memoryview,
-                     more: bool = False) -> None:
+                     more: bool = False, progress: Callable[[], None] | None = None) -> None:
     """``send`` until done on a non-blocking socket; ``more``: file data follows (``MSG_MORE``).
 
     With TCP_NODELAY, the few bytes of a Fetch response before its records would otherwise
     leave as a segment of their own; MSG_MORE lets the kernel put them in front of the file data.
+    ``progress`` is called when bytes went out after waiting for the peer to read.
     """
     flags = MSG_MORE if more else 0
     view = memoryview(data)
@@ -90,6 +125,8 @@ async def send_bytes(loop: asyncio.AbstractEventLoop, sock: socket.socket, data:
                 sent = sock.send(view, flags)
             except (BlockingIOError, InterruptedError):
                 await _writable(loop, sock.fileno())
+                if progress is not None:
+                    progress()
                 continue
             view = view[sent:]
     finally:
@@ -97,7 +134,7 @@ async def send_bytes(loop: asyncio.AbstractEventLoop, sock: socket.socket, data:
 
 
 async def sendfile_slice(loop: asyncio.AbstractEventLoop, sock: socket.socket, fd: int, offset: int,
-                         count: int) -> None:
+                         count: int, progress: Callable[[], None] | None = None) -> None:
     """``os.sendfile`` on a non-blocking socket, waiting for writability on EAGAIN."""
     out = sock.fileno()
     while count > 0:
@@ -105,10 +142,14 @@ async def sendfile_slice(loop: asyncio.AbstractEventLoop, sock: socket.socket, f
             sent = os.sendfile(out, fd, offset, count)
         except (BlockingIOError, InterruptedError):
             await _writable(loop, out)
+            if progress is not None:
+                progress()
             continue
         except OSError as e:
             if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
                 await _writable(loop, out)
+                if progress is not None:
+                    progress()
                 continue
             raise
         if sent == 0:
@@ -131,6 +172,7 @@ class ClientConnection:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_active = 0.0
         self._reading = False
+        self._sending = False
         self._closed_idle = False
         tune_allocator()
 
@@ -146,8 +188,6 @@ class ClientConnection:
         sock = self.sock
         protocol = self.protocol
         broker = self.broker
-        buf = bytearray(RECV_BYTES)
-        view = memoryview(buf)
         self._task = asyncio.current_task()
         self._last_active = loop.time()
         if self._idle_s >= 0:
@@ -159,7 +199,7 @@ class ClientConnection:
                     direct = protocol.get_buffer()  # the rest of a large frame: read straight into it
                     self._reading = True
                     try:
-                        n = await loop.sock_recv_into(sock, buf if direct is None else direct)
+                        n = await self._recv(direct)
                     finally:
                         self._reading = False
                         if direct is not None:
@@ -167,10 +207,6 @@ class ClientConnection:
                     if n == 0:
                         return
                     self._last_active = loop.time()
-                    if direct is None:
-                        protocol.receive_data(view[:n])
-                    else:
-                        protocol.buffer_updated(n)
                     continue
                 if isinstance(event, ProtocolViolation):
                     log.warning("closing connection from %s: %s", self.peer, event.reason)
@@ -188,17 +224,46 @@ class ClientConnection:
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
-            view.release()
             try:
                 sock.close()
             except OSError:
                 pass
 
+    async def _recv(self, direct: memoryview | None) -> int:
+        """One read: into ``direct`` (the rest of a large frame), else through the shared buffer.
+
+        Bytes read into the shared buffer reach the protocol before the next ``await``. Returns
+        the byte count (0: the peer closed).
+        """
+        sock = self.sock
+        while True:
+            try:
+                if direct is not None:
+                    n = sock.recv_into(direct)
+                    self.protocol.buffer_updated(n)
+                    return n
+                shared = _receive_buffer()
+                n = sock.recv_into(shared)
+                if n:
+                    self.protocol.receive_data(shared[:n])
+                return n
+            except (BlockingIOError, InterruptedError):
+                await _readable(self._loop, sock.fileno())
+
+    def _progress(self) -> None:
+        """The peer read part of a response: a slow reader is not an idle one."""
+        self._last_active = self._loop.time()
+
     def _check_idle(self) -> None:
-        """Timer callback: close the connection if it has waited for a request for the idle limit."""
+        """Timer callback: close the connection if it has been idle for ``connections.max.idle.ms``.
+
+        Idle means waiting for a request, or (Kafka's selector counts no progress either way) waiting
+        for a peer that stopped reading its responses: a client that sends requests and never reads
+        would otherwise hold the connection and its response forever.
+        """
         now = self._loop.time()
         deadline = self._last_active + self._idle_s
-        if now >= deadline and self._reading and self._task is not None:
+        if now >= deadline and (self._reading or self._sending) and self._task is not None:
             self._closed_idle = True
             self._task.cancel()
             return
@@ -242,26 +307,31 @@ class ClientConnection:
         """Bytes parts with ``send``, file slices with ``sendfile``, in order."""
         loop = self._loop
         sock = self.sock
-        if len(parts) == 1:
-            await send_bytes(loop, sock, parts[0])
-            return
-        pending = bytearray()
-        for part in parts:
-            if isinstance(part, (bytes, bytearray, memoryview)):
-                if len(part) < LARGE_PART:
-                    pending += part
+        progress = self._progress
+        self._sending = True
+        try:
+            if len(parts) == 1:
+                await send_bytes(loop, sock, parts[0], progress=progress)
+                return
+            pending = bytearray()
+            for part in parts:
+                if isinstance(part, (bytes, bytearray, memoryview)):
+                    if len(part) < LARGE_PART:
+                        pending += part
+                        continue
+                    if pending:  # a large buffer (remote-tier records) goes out as is, not copied
+                        await send_bytes(loop, sock, pending, more=True, progress=progress)
+                        pending = bytearray()
+                    await send_bytes(loop, sock, part, more=True, progress=progress)
                     continue
-                if pending:  # a large buffer (remote-tier records) goes out as is, not copied
-                    await send_bytes(loop, sock, pending, more=True)
+                if pending:
+                    await send_bytes(loop, sock, pending, more=True, progress=progress)
                     pending = bytearray()
-                await send_bytes(loop, sock, part, more=True)
-                continue
+                await sendfile_slice(loop, sock, part.fileno(), part.position, part.size, progress=progress)
             if pending:
-                await send_bytes(loop, sock, pending, more=True)
-                pending = bytearray()
-            await sendfile_slice(loop, sock, part.fileno(), part.position, part.size)
-        if pending:
-            await send_bytes(loop, sock, pending)
+                await send_bytes(loop, sock, pending, progress=progress)
+        finally:
+            self._sending = False
 
 
 def _error_response(request: Request) -> Any:

@@ -324,6 +324,8 @@ class Broker:
         while True:
             try:
                 fn()
+            except KafkaStorageError as e:  # e.g. a full disk: expected, retried on the next round
+                log.error("periodic %s failed: %s", name, e)
             except Exception:
                 log.exception("periodic %s failed", name)
             await asyncio.sleep(interval_ms / 1000)
@@ -345,12 +347,20 @@ class Broker:
             await self.groups.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
-        if self.remote_log_manager is not None:
-            await self.remote_log_manager.close()
-        self.logs.shutdown()
-        self.scheduler.shutdown(run_pending=False)
-        lifecycle.info("strata broker stopped")
-        self._stopped.set()
+        try:
+            if self.remote_log_manager is not None:
+                await self.remote_log_manager.close()
+            self.logs.shutdown()
+        except KafkaStorageError as e:
+            # A full disk (the checkpoints cannot be written) must not leave a SIGTERMed broker
+            # hanging: without the clean-shutdown marker the next start recovers the logs.
+            log.error("shutdown could not write the checkpoints (%s); the next start recovers the logs", e)
+        except Exception:
+            log.exception("shutdown could not close every log cleanly; the next start recovers them")
+        finally:
+            self.scheduler.shutdown(run_pending=False)
+            lifecycle.info("strata broker stopped")
+            self._stopped.set()
 
     async def serve_forever(self) -> None:
         await self.start()

@@ -117,8 +117,15 @@ class LogConfig:
         return LogConfig.from_props(merged)
 
     def validate(self) -> None:
-        """Cross-key rules from Kafka's ``LogConfig.validate*``."""
-        if self.remote_storage_enable and "compact" in self.cleanup_policy:
+        """Cross-key rules from Kafka's ``LogConfig.validate*``.
+
+        As in Kafka, they apply only to tiered topics: on a topic without remote storage the local
+        retention keys mean nothing, so a value left from an earlier experiment must not block edits.
+        Enabling tiering later re-validates the merged config, so the rules hold whenever they matter.
+        """
+        if not self.remote_storage_enable:
+            return
+        if "compact" in self.cleanup_policy:
             raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
         for local, total, name in (
             (self.local_retention_ms, self.retention_ms, "local.retention.ms"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata.config.defs import ConfigKey, at_least, between
+from strata.config.defs import ConfigKey, at_least, between, one_of
 
 MAX_LONG = 2**63 - 1
 
@@ -56,6 +56,9 @@ REMOTE_LOG_KEYS = [
               "Read-ahead windows kept ahead of a sequential reader of a partition"),
     ConfigKey("remote.log.reader.prefetch.window.bytes", "int", 8 * 1024**2, at_least(1),
               "Size of a read-ahead window: at least this, or the fetch's max bytes when larger"),
+    ConfigKey("remote.log.reader.corrupt.segment.action", "string", "fail", one_of("fail", "skip"),
+              "A remote segment whose batches fail validation: `fail` answers CORRUPT_MESSAGE for its offsets, "
+              "`skip` serves from the next segment (an offset gap: data loss by choice)"),
     ConfigKey("remote.fetch.max.wait.ms", "int", 500, at_least(1),
               "How long a fetch waits for remote reads before answering without them"),
     ConfigKey("remote.list.offsets.request.timeout.ms", "long", 30_000, at_least(1),
@@ -89,6 +92,7 @@ class RemoteLogManagerConfig:
     list_offsets_timeout_ms: int
     rsm_props: Mapping[str, str]
     rlmm_props: Mapping[str, str]
+    reader_corrupt_segment_action: str = "fail"
 
     @classmethod
     def from_parsed(cls, p: Mapping[str, Any], raw: Mapping[str, object]) -> RemoteLogManagerConfig:
@@ -117,6 +121,7 @@ class RemoteLogManagerConfig:
             list_offsets_timeout_ms=p["remote.list.offsets.request.timeout.ms"],
             rsm_props={k[len(rsm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rsm_prefix)},
             rlmm_props={k[len(rlmm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rlmm_prefix)},
+            reader_corrupt_segment_action=p["remote.log.reader.corrupt.segment.action"],
         )
 
     def rsm_configs(self, broker_id: int, first_log_dir: Path) -> dict[str, Any]:

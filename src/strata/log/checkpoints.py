@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from strata.common import TopicPartition
+from strata.common.crashpoints import crash_point
 from strata.errors import KafkaStorageError
 from strata.log.errors import CorruptCheckpointError
 
@@ -63,6 +64,7 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        crash_point("checkpoint.before_rename", path.name)  # the new version is durable, not yet in place
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as e:

@@ -47,35 +47,41 @@ class FileRecords:
         return self._open()
 
     def append(self, data: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]) -> int:
-        """Write at the end of the file; a list of buffers goes out in one ``pwritev`` (no joining)."""
+        """Write at the end of the file; a list of buffers goes out in one ``pwritev`` (no joining).
+
+        All or nothing: ``size`` moves only once every byte is written. A failure part-way (ENOSPC
+        after a short write) truncates the file back, so no partial batch stays in the ``.log``.
+        """
         fd = self._open()
+        try:
+            written = self._write_at(fd, data, self.size)
+        except OSError as e:
+            self._undo_partial(fd)
+            raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
+        self.size += written
+        return written
+
+    @staticmethod
+    def _write_at(fd: int, data: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview],
+                  position: int) -> int:
         if isinstance(data, list):
             if len(data) == 1:
                 data = data[0]
             elif len(data) <= _IOV_MAX:
                 total = sum(map(len, data))
-                try:
-                    written = os.pwritev(fd, data, self.size)
-                except OSError as e:
-                    self._undo_partial(fd)
-                    raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
+                written = os.pwritev(fd, data, position)
                 if written == total:
-                    self.size += written
                     return written
-                data = b"".join(bytes(c) for c in data)[written:]  # rare short write: finish it plainly
-                self.size += written
-                return written + self.append(data)
+                # A short write (the disk filling up, say): finish plainly; an error on the rest
+                # raises with nothing counted, and the caller truncates the part already written.
+                rest = b"".join(bytes(c) for c in data)[written:]
+                return written + FileRecords._write_at(fd, rest, position + written)
             else:
                 data = b"".join(bytes(c) for c in data)
         view = memoryview(data)
         written = 0
-        try:
-            while written < len(view):
-                written += os.pwrite(fd, view[written:], self.size + written)
-        except OSError as e:
-            self._undo_partial(fd)
-            raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
-        self.size += written
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], position + written)
         return written
 
     def _undo_partial(self, fd: int) -> None:

@@ -5,18 +5,28 @@ entries) and memory-mapped, so an append is a ``struct.pack_into``; on roll it i
 entries, as Kafka does, and from then on is immutable. Rolled indexes are read lazily into
 ``bytes`` instead of staying mapped: a Python ``mmap`` holds a file descriptor, and a tiered
 partition can have thousands of rolled segments.
+
+The preallocated file is sparse: the first write to each of its pages takes a disk block. On a
+full disk a store into the mapping cannot report ENOSPC, the kernel kills the process with
+SIGBUS instead, so the blocks an append will touch are reserved first with ``posix_fallocate``
+(:meth:`IndexFile.reserve`, a chunk at a time): a full disk then fails the append with
+KAFKA_STORAGE_ERROR before anything is written.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
 from pathlib import Path
 
+from strata.errors import KafkaStorageError
 from strata.log.errors import CorruptIndexError, IndexFullError
 
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
+_fallocate = getattr(os, "posix_fallocate", None)  # absent on macOS: no reservation there
+RESERVE_BYTES = 16 * 1024  # disk blocks are reserved for the next entries this much at a time
 
 
 class IndexFile:
@@ -31,6 +41,7 @@ class IndexFile:
         self._entries = 0
         self._max_entries = 0
         self._tail: tuple[int, ...] | None = None  # last entry, cached: appends compare against it
+        self._reserved = 0  # bytes from the start of the mapped file known to have disk blocks
         if writable:
             self._open_writable(max_index_size)
 
@@ -48,6 +59,7 @@ class IndexFile:
             self._max_entries = target // self.entry_size
             self._entries = entries
             self._tail = None
+            self._reserved = entries * self.entry_size  # written entries have their blocks
             self._mm = mmap.mmap(f.fileno(), target) if target > 0 else None
             if self._mm is not None and _MADV_RANDOM is not None:
                 # The file is mostly a preallocated hole: without this, the first fault reads
@@ -132,11 +144,42 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 
+    def reserve(self, entries: int) -> None:
+        """Make sure the next ``entries`` appends have disk blocks (KafkaStorageError when the disk is full).
+
+        A no-op until the reserved part is used up, then one ``posix_fallocate`` of the next
+        ``RESERVE_BYTES`` (at most up to the preallocated size), or of just what is needed when
+        the disk has less left.
+        """
+        if self._mm is None:
+            return
+        need = min(self._entries + entries, self._max_entries) * self.entry_size
+        if need <= self._reserved or _fallocate is None:
+            return
+        end = min(max(need, self._reserved + RESERVE_BYTES), len(self._mm))
+        try:
+            fd = os.open(self.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            try:
+                try:
+                    _fallocate(fd, self._reserved, end - self._reserved)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC or end == need:
+                        raise
+                    end = need
+                    _fallocate(fd, self._reserved, end - self._reserved)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot reserve space in index {self.path}: {e}") from e
+        self._reserved = end
+
     def _write_entry(self, *fields: int) -> None:
         if self._mm is None:
             raise IndexFullError(f"index {self.path.name} is not open for appends")
         if self._entries >= self._max_entries:
             raise IndexFullError(f"attempt to append to a full index (size = {self._entries})")
+        if (self._entries + 1) * self.entry_size > self._reserved:
+            self.reserve(1)  # callers reserve ahead; this keeps a missed path from ending in SIGBUS
         self._entry.pack_into(self._mm, self._entries * self.entry_size, *fields)
         self._entries += 1
         self._tail = fields

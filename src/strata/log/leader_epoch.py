@@ -33,10 +33,11 @@ class LeaderEpochFileCache:
     which is what a throw-away copy for a remote segment needs.
     """
 
-    def __init__(self, checkpoint: LeaderEpochCheckpointFile | None) -> None:
+    def __init__(self, checkpoint: LeaderEpochCheckpointFile | None, *, load: bool = True) -> None:
+        """``load=False`` starts empty without reading the file (the loader rebuilds a corrupt one)."""
         self.checkpoint = checkpoint
         self._entries: list[EpochEntry] = []
-        if checkpoint is not None:
+        if checkpoint is not None and load:
             # Replayed through the assignment rules, as Kafka does, so a hand-edited or stale file
             # cannot introduce non-monotonic entries.
             for entry in checkpoint.read():
@@ -55,6 +56,11 @@ class LeaderEpochFileCache:
         """
         if self._assign(EpochEntry(epoch, start_offset)):
             self._flush()
+
+    def clear(self) -> None:
+        """Forget every entry (and write the empty checkpoint): the history is about to be rebuilt."""
+        self._entries.clear()
+        self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop history before ``start_offset`` (log start moved), keeping the epoch in force there.

@@ -19,7 +19,7 @@ from strata.common import Clock, Scheduler, TopicPartition
 from strata.config import LogConfig
 from strata.errors import KafkaStorageError
 from strata.log.checkpoints import LeaderEpochCheckpointFile
-from strata.log.errors import CorruptIndexError
+from strata.log.errors import CorruptCheckpointError, CorruptIndexError, LogStateError
 from strata.log.files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -59,7 +59,7 @@ def load_partition_log(
 ) -> PartitionLog:
     directory.mkdir(parents=True, exist_ok=True)
     _remove_temporary_files(directory)
-    epochs = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
+    epochs, epochs_lost = _open_leader_epochs(directory)
     producer_state = ProducerStateManager(directory, clock, producer_id_expiration_ms)
     segments = _open_segments(directory, config, clock, None if had_clean_shutdown else recovery_point)
     recovered: set[int] = set()
@@ -79,12 +79,50 @@ def load_partition_log(
     recovery_point = min(recovery_point, next_offset) if not had_clean_shutdown else next_offset
     first_base = segments.first.base_offset  # type: ignore[union-attr]
     effective_start = log_start_offset if remote_log_enabled else max(log_start_offset, first_base)
+    if epochs_lost:
+        _rebuild_leader_epochs(epochs, segments, effective_start)
     epochs.truncate_from_end(next_offset)
     epochs.truncate_from_start(effective_start)
     local_log = LocalLog(directory, config, segments, recovery_point, next_offset, clock, scheduler)
     _rebuild_producer_state(local_log, producer_state, effective_start, recovered)
     return PartitionLog(topic_partition, local_log, effective_start, producer_state, epochs, clock, scheduler,
                         high_watermark=high_watermark, remote_log_enabled=remote_log_enabled)
+
+
+def _open_leader_epochs(directory: Path) -> tuple[LeaderEpochFileCache, bool]:
+    """The partition's leader-epoch cache; a corrupt ``leader-epoch-checkpoint`` gives an empty one and True.
+
+    Kafka fails the log directory here. Every batch carries the epoch that wrote it, so the history can
+    be rebuilt from the segments instead (``_rebuild_leader_epochs``) without losing anything; the file
+    is rewritten by the first assignment.
+    """
+    checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
+    try:
+        return LeaderEpochFileCache(checkpoint), False
+    except (CorruptCheckpointError, LogStateError) as e:
+        log.warning("ignoring corrupt leader epoch checkpoint %s (%s): rebuilding it from the log's batches",
+                    checkpoint.path, e)
+        return LeaderEpochFileCache(checkpoint, load=False), True
+
+
+def _rebuild_leader_epochs(epochs: LeaderEpochFileCache, segments: LogSegments, log_start_offset: int) -> None:
+    """Replace the epoch history with the one the local batches carry (after recovery, so they are valid).
+
+    The first epoch found is taken to start at the log start offset: for a tiered partition the offsets
+    below the local log live in remote segments, whose epochs the log layer cannot see. In Strata's
+    single-node broker the leader epoch never changes, so this is exact; with several epochs it keeps
+    remote reads working for the epoch in force at the local log start.
+    """
+    epochs.clear()
+    for segment in segments:
+        for _, header in segment.log.iter_headers(0):
+            if header.partition_leader_epoch >= 0:
+                if epochs.is_empty:
+                    epochs.assign(header.partition_leader_epoch, min(log_start_offset, header.base_offset))
+                else:
+                    epochs.assign(header.partition_leader_epoch, header.base_offset)
+    log.info("rebuilt leader epochs of %s: %s", epochs.checkpoint.path.parent.name if epochs.checkpoint else "?",
+             epochs.epoch_entries())
 
 
 def _remove_temporary_files(directory: Path) -> None:
@@ -157,6 +195,14 @@ def _recover_unflushed(segments: LogSegments, recovery_point: int, epochs: Leade
         log.info("recovering unflushed segment %d of %s", segment.base_offset, segment.dir.name)
         truncated = segment.recover(assign_epoch)
         recovered.add(segment.base_offset)
+        if not truncated and i + 1 < len(unflushed):
+            # Whole batches, but fewer than the next segment's name promises: the file lost its tail at a
+            # batch boundary. The later segments are intact, so they stay (deleting them would lose more);
+            # the offsets in between are gone, which an operator must hear about.
+            end, following = segment.read_next_offset(), unflushed[i + 1].base_offset
+            if end < following:
+                log.warning("segment %d of %s ends at offset %d, the next starts at %d: offsets %d to %d are "
+                            "missing", segment.base_offset, segment.dir.name, end, following, end, following - 1)
         if truncated:
             log.warning("truncated %d bytes of invalid data from segment %d of %s",
                         truncated, segment.base_offset, segment.dir.name)
@@ -178,6 +224,12 @@ def _rebuild_producer_state(local_log: LocalLog, state: ProducerStateManager, lo
         state.update_map_end_offset(end)
         return
     for segment in local_log.segments.values_from(start):
+        if segment.base_offset > start:
+            # Recovery deleted the snapshots of the segments it replays (or a kill -9 came before the
+            # roll wrote one): write them again at each segment base, as Kafka's rebuildProducerState
+            # does, or the copy of the segment before would upload an empty producer snapshot.
+            state.update_map_end_offset(segment.base_offset)
+            state.take_snapshot()
         position = segment.offset_index.lookup(start).position if start > segment.base_offset else 0
         txn_target = segment if segment.base_offset in recovered else None
         for pos, header, batch in segment.log.iter_batches(position, verify_crc=False):

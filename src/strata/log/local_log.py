@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from strata.common import Clock, Scheduler
+from strata.common.crashpoints import crash_point
 from strata.config import LogConfig
 from strata.errors import KafkaStorageError, OffsetOutOfRangeError
 from strata.log.file_records import FetchDataInfo, FileSlice, LogOffsetMetadata
@@ -85,6 +86,7 @@ class LocalLog:
                 log.warning("deleting stale file %s before rolling", stale)
                 stale.unlink()
         active.on_become_inactive_segment()
+        crash_point("log.roll.before_new_segment")  # old indexes trimmed, no new segment yet
         segment = LogSegment(self.dir, new_base, self.config, self._clock, create=True)
         self.segments.add(segment)
         log.info("rolled new log segment at offset %d in %s", new_base, self.dir.name)
@@ -163,6 +165,7 @@ class LocalLog:
             self.segments.remove(segment.base_offset)
             log.info("deleting segment %s of %s: %s", segment.base_offset, self.dir.name, reason)
             segment.mark_deleted()
+            crash_point("log.delete.after_rename")  # files renamed .deleted, log start not yet moved
             self._scheduler.schedule(f"delete-{segment.log.path.name}", segment.delete_if_exists,
                                      self.config.file_delete_delay_ms)
 

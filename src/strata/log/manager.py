@@ -18,7 +18,12 @@ from pathlib import Path
 from strata.common import Clock, Scheduler, TopicPartition
 from strata.config import LogConfig
 from strata.errors import KafkaStorageError
-from strata.log.checkpoints import OffsetCheckpointFile, PartitionMetadataFile, atomic_write
+from strata.log.checkpoints import (
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+    PartitionMetadataFile,
+    atomic_write,
+)
 from strata.log.files import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT,
@@ -43,6 +48,23 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     if match is None or "." in name.rsplit("-", 1)[1]:
         return None
     return TopicPartition(match["topic"], int(match["partition"]))
+
+
+def _read_offsets_or_reset(path: Path, consequence: str) -> dict[TopicPartition, int]:
+    """A per-directory offset checkpoint, or an empty map (with a WARNING) when the file is corrupt.
+
+    Kafka's ``LogManager.loadLogs`` does the same for the recovery-point and log-start files, and it is
+    safe for all three: no recovery point means every segment is re-checked (only slower), no log start
+    means the first segment's base offset (records removed by DeleteRecords inside that segment come
+    back, none is lost), and no high watermark means the log end offset, which a single replica has
+    acknowledged anyway. Refusing to start over a file that only speeds up a restart would turn one bad
+    sector into a broker that never comes back. An unreadable file (an I/O error) still fails.
+    """
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CorruptCheckpointError as e:
+        log.warning("ignoring corrupt checkpoint file %s (%s): %s", path, e, consequence)
+        return {}
 
 
 class LogManager:
@@ -73,9 +95,12 @@ class LogManager:
         self.had_clean_shutdown[log_dir] = clean
         if not clean and any(parse_partition_dir(p.name) for p in log_dir.iterdir() if p.is_dir()):
             log.warning("no clean shutdown marker in %s: recovering logs from their recovery points", log_dir)
-        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
-        log_starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
-        high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).read()
+        recovery_points = _read_offsets_or_reset(log_dir / RECOVERY_POINT_CHECKPOINT,
+                                                 "recovering every log from its first segment")
+        log_starts = _read_offsets_or_reset(log_dir / LOG_START_OFFSET_CHECKPOINT,
+                                            "log start offsets reset to the base offset of the first segment")
+        high_watermarks = _read_offsets_or_reset(log_dir / REPLICATION_OFFSET_CHECKPOINT,
+                                                 "high watermarks reset to the log end offsets")
         for path in sorted(log_dir.iterdir()):
             if not path.is_dir():
                 continue
@@ -123,12 +148,12 @@ class LogManager:
                           config: LogConfig | None = None) -> PartitionLog:
         existing = self._logs.get(tp)
         if existing is not None:
-            if topic_id is None or self.topic_id_of(tp) in (None, topic_id):
+            current = self._topic_id_or_rewrite(tp, existing, topic_id)
+            if topic_id is None or current in (None, topic_id):
                 return existing
             # A directory of an older topic with the same name (its deletion was interrupted):
             # never let a recreated topic inherit that data.
-            log.warning("log dir of %s belongs to topic id %s, not %s: deleting the stale log", tp,
-                        self.topic_id_of(tp), topic_id)
+            log.warning("log dir of %s belongs to topic id %s, not %s: deleting the stale log", tp, current, topic_id)
             self.delete_log(tp)
         log_dir = self._next_log_dir()
         path = log_dir / str(tp)
@@ -141,6 +166,25 @@ class LogManager:
         self._dir_of[tp] = log_dir
         log.info("created log for %s in %s", tp, log_dir)
         return plog
+
+    def _topic_id_or_rewrite(self, tp: TopicPartition, plog: PartitionLog,
+                             topic_id: uuid.UUID | None) -> uuid.UUID | None:
+        """The topic id in ``partition.metadata``; a corrupt file is rewritten with ``topic_id`` (the registry's).
+
+        Kafka takes the log directory offline; with one log directory that is a broker that never comes back.
+        The directory is named after the topic and the registry lists that topic, so its data is kept: the
+        stale-directory case the file guards against (a deletion interrupted before the rename) is also
+        cleared at startup by dropping directories the registry does not know.
+        """
+        try:
+            return self.topic_id_of(tp)
+        except CorruptCheckpointError as e:
+            if topic_id is None:
+                raise
+            log.warning("%s; rewriting it with topic id %s from the topic registry and keeping the log", e,
+                        topic_id)
+            PartitionMetadataFile(plog.dir / PARTITION_METADATA).write(topic_id)
+            return topic_id
 
     def topic_id_of(self, tp: TopicPartition) -> uuid.UUID | None:
         """The topic id in the partition's ``partition.metadata`` (None if it has none)."""

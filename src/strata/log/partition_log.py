@@ -15,6 +15,7 @@ from enum import IntEnum
 from pathlib import Path
 
 from strata.common import Clock, Scheduler, TopicPartition
+from strata.common.crashpoints import crash_point
 from strata.config import LogConfig
 from strata.errors import OffsetOutOfRangeError
 from strata.log import retention
@@ -196,6 +197,7 @@ class PartitionLog:
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """New active segment; snapshot producer state at its base; flush the old one in the background."""
         new_segment = self.local_log.roll(expected_next_offset)
+        crash_point("log.roll.before_snapshot")  # new segment created, no producer snapshot at its base yet
         self.producer_state.update_map_end_offset(new_segment.base_offset)
         self.producer_state.take_snapshot()
         base = new_segment.base_offset

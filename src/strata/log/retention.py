@@ -3,7 +3,8 @@
 Kafka's ``UnifiedLog.deletableSegments`` walks segments oldest first and stops at the first one
 that must stay. A segment may go only if (1) the high watermark has passed its end (nothing a
 consumer has not been allowed to see is deleted), (2) the rule at hand says so, (3) it is not the
-last, empty segment, and (4) with tiering on, its last offset is already in remote storage.
+last, empty segment, and (4) with tiering on, its last offset is already in remote storage or the
+whole segment is below the log start (Kafka's ``isSegmentEligibleForDeletion``).
 Tiered logs apply ``local.retention.*`` here (remote expiry applies ``retention.*``).
 """
 
@@ -50,7 +51,12 @@ def deletable_segments(view: RetentionView, predicate: Predicate) -> list[LogSeg
         nxt = segments[i + 1] if i + 1 < len(segments) else None
         upper_bound = nxt.base_offset if nxt is not None else view.log_end_offset
         is_last_and_empty = nxt is None and segment.size == 0
-        tiered = not view.copy_enabled or 0 < upper_bound <= view.highest_offset_in_remote_storage + 1
+        # Kafka's isSegmentEligibleForDeletion: uploaded, or wholly below the log start. A segment that
+        # DeleteRecords put below the log start before it was uploaded is never copied (the copy task
+        # starts at the log start), so without the second rule it would stay on disk for ever.
+        below_log_start = nxt is not None and nxt.base_offset <= view.log_start_offset
+        tiered = not view.copy_enabled or 0 < upper_bound <= view.highest_offset_in_remote_storage + 1 \
+            or below_log_start
         if view.high_watermark >= upper_bound and not is_last_and_empty and tiered and predicate(segment, nxt):
             out.append(segment)
         else:

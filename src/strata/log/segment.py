@@ -19,8 +19,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from strata.common import Clock
+from strata.common.crashpoints import crash_point
 from strata.config import LogConfig
-from strata.errors import CorruptRecordError, KafkaStorageError, TruncatedBatchError
+from strata.errors import (
+    CorruptRecordError,
+    KafkaStorageError,
+    UnsupportedForMessageFormatError,
+)
 from strata.log.errors import CorruptIndexError
 from strata.log.file_records import FetchDataInfo, FileRecords, FileSlice, LogOffsetMetadata
 from strata.log.files import (
@@ -43,6 +48,9 @@ INT32_MAX = 0x7FFFFFFF
 BatchList = Sequence[tuple[int, BatchHeader]]
 Records = bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]  # a list is written with pwritev
 RecoverCallback = Callable[["LogSegment", BatchHeader, memoryview], None]
+INVALID_DATA = (CorruptRecordError, UnsupportedForMessageFormatError)
+"""What bytes that are not a valid batch raise. On disk a magic other than 2 is corruption too (Strata
+never writes v0/v1 message sets): a flip of bit 1 of the magic byte turns 2 into 0."""
 
 
 class LogOffsetPosition(NamedTuple):
@@ -146,11 +154,15 @@ class LogSegment:
             raise KafkaStorageError(
                 f"offset {largest_offset} overflows segment {self.base_offset}: it should have been rolled"
             )
+        # Disk blocks for the index entries first: a full disk fails here, before the .log changes.
+        self.offset_index.reserve(len(batches))
+        self.time_index.reserve(len(batches))
         physical_position = self.log.size
         if physical_position == 0:
             self._rolling_based_timestamp = max(h.max_timestamp for _, h in batches)
             self._rolling_based_loaded = True
         self.log.append(records)
+        crash_point("log.append.after_write")  # the .log has the batches, the indexes not yet
         max_ts = self.max_timestamp_and_offset_so_far
         interval = self.config.index_interval_bytes
         for _, header in batches:
@@ -215,22 +227,29 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is >= ``offset``, found from the sparse index.
 
-        If the index points at something that is not a batch boundary (a corrupt index that
-        slipped past the sanity check), fall back to a scan from the start of the file rather
-        than serve wrong data.
+        If the index points at something that is not a batch boundary, or at a batch that starts after
+        the entry's offset (a corrupt index that slipped past the sanity check: the scan would skip
+        the wanted offsets), fall back to a scan from the start of the file rather than serve wrong data.
         """
-        position = max(self.offset_index.lookup(offset).position, starting_position)
+        hint = self.offset_index.lookup(offset)
+        position = max(hint.position, starting_position)
         try:
-            return self._search_from(offset, position)
-        except CorruptRecordError:
+            return self._search_from(offset, position, hint.offset if position > starting_position else None)
+        except INVALID_DATA:
             if position == starting_position:
                 raise
-            log.warning("offset index %s points inside a batch; scanning %s from the start",
-                        self.offset_index.path, self.log.path)
+            log.warning("offset index %s does not point at the batch of offset %d; scanning %s from the start",
+                        self.offset_index.path, offset, self.log.path)
             return self._search_from(offset, starting_position)
 
-    def _search_from(self, offset: int, position: int) -> LogOffsetPosition | None:
+    def _search_from(self, offset: int, position: int, entry_offset: int | None = None) -> LogOffsetPosition | None:
+        """``entry_offset``: the index entry ``position`` came from; the batch there must not start after it."""
         for pos, header in self.log.iter_headers(position):
+            if entry_offset is not None:
+                if header.base_offset > entry_offset:
+                    raise CorruptRecordError(f"index entry for offset {entry_offset} points at a batch starting "
+                                             f"at offset {header.base_offset}", pos)
+                entry_offset = None
             if header.last_offset >= offset:
                 return LogOffsetPosition(header.base_offset, pos, header.size)
         return None
@@ -241,10 +260,22 @@ class LogSegment:
         hint = self.offset_index.lookup_by_position(limit)
         if hint is not None and start < hint.position <= limit:
             end = hint.position
-        for pos, header in self.log.iter_headers(end):
-            if pos + header.size > limit:
-                break
-            end = pos + header.size
+        try:
+            for pos, header in self.log.iter_headers(end):
+                if pos + header.size > limit:
+                    break
+                end = pos + header.size
+        except INVALID_DATA:
+            if end == start:
+                raise
+            # A corrupt index entry pointed inside a batch: scan from the first batch instead.
+            log.warning("offset index %s has a position inside a batch; scanning %s from position %d",
+                        self.offset_index.path, self.log.path, start)
+            end = start
+            for pos, header in self.log.iter_headers(start):
+                if pos + header.size > limit:
+                    break
+                end = pos + header.size
         return end
 
     def read(
@@ -311,7 +342,7 @@ class LogSegment:
             last = self.offset_index.entry(self.offset_index.entries - 1)
             try:
                 header = self.log.read_header(last.position)
-            except CorruptRecordError as e:
+            except INVALID_DATA as e:
                 raise CorruptIndexError(f"{self.offset_index.path}: last entry is not a batch: {e}") from e
             if not header.base_offset <= last.offset <= header.last_offset:
                 raise CorruptIndexError(
@@ -333,18 +364,35 @@ class LogSegment:
         valid_bytes = 0
         last_index_entry = 0
         max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        previous_last_offset = self.base_offset - 1
+        # Without compaction a segment's batches are contiguous from its base offset (the file is named
+        # after the first batch); a compacted log only has increasing offsets.
+        contiguous = "compact" not in self.config.cleanup_policy
         try:
             for position, header, batch in self.log.iter_batches(0, verify_crc=True):
+                # The base offset lies outside the CRC: a flipped bit there passes the CRC check, and
+                # would then either crash the index rebuild (an offset not above the last entry) or
+                # serve records under wrong offsets. Offsets must follow on and fit the segment.
+                follows = header.base_offset == previous_last_offset + 1 if contiguous \
+                    else header.base_offset > previous_last_offset
+                if not follows or header.last_offset - self.base_offset > INT32_MAX:
+                    raise CorruptRecordError(
+                        f"batch offsets [{header.base_offset}, {header.last_offset}] do not follow offset "
+                        f"{previous_last_offset} in segment {self.base_offset}", position)
+                previous_last_offset = header.last_offset
                 if header.max_timestamp > max_ts.timestamp:
                     max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
-                if valid_bytes - last_index_entry > self.config.index_interval_bytes:
+                # A sparse index may stay sparser: entries are placed differently after a reopen (and
+                # segment.index.bytes may have shrunk), so the rebuilt ones need not fit - skip, never fail.
+                if valid_bytes - last_index_entry > self.config.index_interval_bytes \
+                        and not self.offset_index.is_full and not self.time_index.is_full:
                     self.offset_index.append(header.last_offset, position)
                     self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
                     last_index_entry = valid_bytes
                 valid_bytes += header.size
                 if on_batch is not None:
                     on_batch(self, header, batch)
-        except (CorruptRecordError, TruncatedBatchError) as e:
+        except INVALID_DATA as e:  # TruncatedBatchError is a CorruptRecordError
             log.warning("found invalid data in %s after %d valid bytes: %s", self.log.path, valid_bytes, e)
         truncated = self.log.size - valid_bytes
         if truncated:

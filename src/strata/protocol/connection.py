@@ -10,18 +10,43 @@ as soon as their size prefix is known, and :meth:`ServerConnection.get_buffer` h
 it to the socket loop to read into directly (asyncio's BufferedProtocol pattern): the bytes are
 copied once, by the kernel, instead of being appended to a growing buffer, sliced out and
 deleted from its front (three more copies of every produced byte). Like Kafka, the buffer is
-allocated for the whole announced size once the prefix passed the size check.
+allocated for the whole announced size once the prefix passed the size check, but left
+uninitialised (:func:`_uninitialized`): only the pages the peer actually fills become resident,
+so a client announcing ``socket.request.max.bytes`` and then trickling (or sending nothing)
+costs the broker what it sent, not 100 MiB of zeroed memory per connection.
 """
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from strata.protocol.frame import MalformedRequestError, Request, decode_request
 
 _SIZE = struct.Struct(">i")
+
+_new_bytearray: Any
+try:  # CPython's constructor with a NULL source leaves the contents uninitialised (no memset)
+    _new_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
+    _new_bytearray.restype = ctypes.py_object
+    _new_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+except (AttributeError, OSError):  # not CPython
+    _new_bytearray = None
+
+
+def _uninitialized(size: int) -> bytearray:
+    """A ``bytearray`` of ``size`` bytes whose contents are whatever malloc returned.
+
+    ``bytearray(size)`` zeroes every byte, making the whole buffer resident at once. Every byte
+    of a frame buffer is written by a read before the frame is decoded, so it is never read
+    uninitialised.
+    """
+    if _new_bytearray is None:
+        return bytearray(size)
+    buf: bytearray = _new_bytearray(None, size)
+    return buf
 
 
 class _NeedData:
@@ -106,7 +131,7 @@ class ServerConnection:
             del buf[: 4 + size]
             return self._decode(small)
         if size >= self.LARGE_FRAME:
-            self._frame = bytearray(size)
+            self._frame = _uninitialized(size)
             self._frame[:available] = memoryview(buf)[4:]
             self._filled = available
             buf.clear()

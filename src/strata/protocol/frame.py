@@ -18,10 +18,13 @@ slices) in the output parts, so record bytes never pass through Python (see :cla
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
 import struct
+import types
+import typing
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -127,6 +130,10 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
         raise MalformedRequestError(
             f"cannot decode {type(cls).__name__} {cls.__name__} v{info.api_version}: {type(e).__name__}: {e}"
         ) from e
+    null_field = _null_array(body, cls)
+    if null_field is not None:  # what Kafka's generated reader refuses, kio lets through as None
+        raise MalformedRequestError(f"non-nullable field {null_field} of {cls.__name__} v{info.api_version} was "
+                                    "serialized as null")
     if end != len(frame):
         # Kafka's generated readers ignore what follows the body, and clients rely on it:
         # librdkafka 2.x sends 3 extra bytes with AdminClient's Metadata v13.
@@ -134,6 +141,49 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
                   len(frame) - end)
     return Request(RequestHeaderInfo(info.api_key, info.api_version, info.correlation_id, header.client_id),
                    body, len(frame))
+
+
+@cache
+def _array_fields(cls: type) -> tuple[tuple[str, bool, bool, type | None], ...]:
+    """(name, is an array, may be null, entity class of the items / the struct) of the fields that
+    are arrays or nested structs: the parts of a message where a null array can hide."""
+    plan = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        t: Any = f.type
+        nullable = False
+        if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union:
+            args = typing.get_args(t)
+            rest = [a for a in args if a is not type(None)]
+            nullable = len(rest) < len(args)
+            t = rest[0] if len(rest) == 1 else t
+        if typing.get_origin(t) is tuple:
+            item = typing.get_args(t)[0]
+            entity = item if dataclasses.is_dataclass(item) else None
+            if not nullable or entity is not None:
+                plan.append((f.name, True, nullable, entity))
+        elif dataclasses.is_dataclass(t):
+            plan.append((f.name, False, nullable, t))
+    return tuple(plan)
+
+
+def _null_array(value: Any, cls: type) -> str | None:
+    """The first non-nullable array that decoded as null (kio reads length -1 as None for every array).
+
+    Kafka's generated readers throw "non-nullable field ... was serialized as null" and the request
+    is refused; a handler iterating such a field would otherwise raise TypeError.
+    """
+    for name, is_array, nullable, entity in _array_fields(cls):
+        v = getattr(value, name)
+        if v is None:
+            if is_array and not nullable:
+                return f"{cls.__name__}.{name}"
+            continue
+        if entity is not None:
+            for item in v if is_array else (v,):
+                found = _null_array(item, entity)
+                if found is not None:
+                    return found
+    return None
 
 
 # -- responses ---------------------------------------------------------------------------------

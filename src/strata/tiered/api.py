@@ -290,6 +290,7 @@ class RemoteLogMetadataManager(ABC):
 RSM_ALIASES = {
     "local": "strata.tiered.storage.local.LocalTieredStorage",
     "s3": "strata.tiered.storage.s3.S3RemoteStorageManager",
+    "faults": "strata.tiered.storage.faults.FaultInjectingRemoteStorageManager",  # chaos testing: wraps another
 }
 RLMM_ALIASES = {
     "topic": "strata.tiered.metadata.topic_based.TopicBasedRemoteLogMetadataManager",

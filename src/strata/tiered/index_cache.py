@@ -73,6 +73,16 @@ class OffsetLookup(NamedTuple):
     next_position: int | None
 
 
+class OffsetEntryLookup(NamedTuple):
+    """``lookup_offset`` plus the offset of the index entry ``position`` came from (None: no entry, position
+    0). The batch there must hold that offset (entries are keyed by a batch's last offset): the reader
+    checks it, as a batch's base offset lies outside its CRC."""
+
+    position: int
+    next_position: int | None
+    entry_offset: int | None
+
+
 class RemoteIndexCacheClosedError(RuntimeError):
     """Use of a closed cache (Kafka's IllegalStateException "Instance is already closed")."""
 
@@ -152,6 +162,10 @@ class RemoteIndexCache:
         starts within ``index.interval.bytes`` of ``position`` (the log adds an entry as soon as more
         than that many bytes were appended since the last one).
         """
+        return OffsetLookup(*self.lookup_offset_entry(md, offset)[:2])
+
+    def lookup_offset_entry(self, md: RemoteLogSegmentMetadata, offset: int) -> OffsetEntryLookup:
+        """``lookup_offset`` with the offset of the entry it used (see :class:`OffsetEntryLookup`)."""
         entry = self._acquire(md)
         try:
             return _lookup_with_next(entry.offset_index, offset)
@@ -490,7 +504,7 @@ def _decode_uuid(text: str) -> bytes:
     return raw
 
 
-def _lookup_with_next(index: OffsetIndex, offset: int) -> OffsetLookup:
+def _lookup_with_next(index: OffsetIndex, offset: int) -> OffsetEntryLookup:
     """``index.lookup(offset).position`` plus the position of the entry after it (binary search:
     entries are strictly increasing in offset)."""
     lo, hi = 0, index.entries  # find the first entry whose offset is > ``offset``
@@ -500,9 +514,11 @@ def _lookup_with_next(index: OffsetIndex, offset: int) -> OffsetLookup:
             lo = mid + 1
         else:
             hi = mid
-    position = index.entry(lo - 1).position if lo > 0 else 0
+    entry = index.entry(lo - 1) if lo > 0 else None
     next_position = index.entry(lo).position if lo < index.entries else None
-    return OffsetLookup(position, next_position)
+    if entry is None:
+        return OffsetEntryLookup(0, next_position, None)
+    return OffsetEntryLookup(entry.position, next_position, entry.offset)
 
 
 def _open_offset_index(path: Path, start_offset: int) -> OffsetIndex:

@@ -6,7 +6,11 @@ writer); every plugin call (RSM, RLMM) runs on a thread pool - copier, expiratio
 by Kafka's keys - so a slow object store never stalls produce or local fetches. Each partition has
 a copy task and an expiration task (asyncio tasks) that run every
 ``remote.log.manager.task.interval.ms``; a failed copy backs off exponentially with jitter
-(``remote.log.manager.task.retry.*``) instead of retrying at the fixed interval.
+(``remote.log.manager.task.retry.*``) instead of retrying at the fixed interval, and so does a failed
+expiration run (never sooner than the interval). A store that is down shows as a growing local backlog:
+the copy-lag gauges are recorded every interval by a task of their own (also while the copy task backs
+off or waits on a hung upload), and a rate-limited WARNING names the partition, the pending segments and
+bytes and the last error.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from strata.common import Clock, TopicPartition
+from strata.common.crashpoints import crash_point
 from strata.common.metrics import (
+    BROKER_TOPIC_METRICS,
     BrokerTopicMetrics,
+    PartitionGauge,
     Registry,
     RemoteStorageMetrics,
     broker_topic_metrics,
@@ -32,7 +39,7 @@ from strata.common.metrics import (
 )
 from strata.config.remote_log_config import RemoteLogManagerConfig
 from strata.errors import InvalidConfigError, OffsetOutOfRangeError
-from strata.log.partition_log import PartitionLog
+from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.log.segment import TimestampAndOffset
 from strata.tiered.api import (
     RLMM_ALIASES,
@@ -68,6 +75,8 @@ log = logging.getLogger("strata.tiered")
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
+TASK_FAILURE_LOG_INTERVAL_S = 30.0
+"""While a partition's copy (or expiration) task keeps failing, its WARNING repeats at most this often."""
 
 
 class RemoteReadQueueFullError(Exception):
@@ -86,6 +95,8 @@ class PartitionTierState:
     last_copy_error: str | None = None
     copy_cancelled: str | None = None
     segments_copied: int = 0
+    failing_since: float | None = None  # monotonic time of the first failure of the current run of failures
+    failure_logged_at: float | None = None  # last WARNING about them (rate-limited)
     being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -97,6 +108,9 @@ class TieredStats:
         registry = registry or Registry()
         self.topics: BrokerTopicMetrics = broker_topic_metrics(registry)
         self.remote: RemoteStorageMetrics = remote_storage_metrics(registry)
+        # Strata's own, beside Kafka's names: remote segments the reader found corrupt (not yet deleted).
+        self.corrupt_segments = PartitionGauge(registry, f"{BROKER_TOPIC_METRICS}_RemoteLogCorruptSegments",
+                                               "Remote segments found corrupt by the reader (CRC, offsets, size).")
 
     def mark(self, name: str, topic: str, n: int = 1) -> None:
         getattr(self.topics, name).mark(topic, n)
@@ -106,6 +120,7 @@ class TieredStats:
 
     def remove_partition(self, topic: str, partition: int) -> None:
         self.topics.remove_partition(topic, partition)
+        self.corrupt_segments.remove(topic, partition)
 
 
 class RemoteLogManager:
@@ -150,7 +165,10 @@ class RemoteLogManager:
                                       prefetch_total_bytes=self.config.reader_prefetch_total_size_bytes,
                                       prefetch_windows=self.config.reader_prefetch_windows,
                                       prefetch_window_bytes=self.config.reader_prefetch_window_bytes,
-                                      prefetch_submit=self._reader.submit)
+                                      prefetch_submit=self._reader.submit,
+                                      corrupt_segment_action=self.config.reader_corrupt_segment_action,
+                                      on_corrupt_segment=lambda tip, n: self.stats.corrupt_segments.record(
+                                          tip.topic, tip.partition, n))
         self.stats.remote.RemoteLogReaderTaskQueueSize.set_function(lambda: self._pending_reads)
         read_ahead = self.reader.read_ahead
         if read_ahead is not None:
@@ -196,6 +214,7 @@ class RemoteLogManager:
             self._partitions[tp] = st
             st.tasks.append(loop.create_task(self._copy_loop(st), name=f"rlm-copy-{tp}"))
             st.tasks.append(loop.create_task(self._expiration_loop(st), name=f"rlm-expire-{tp}"))
+            st.tasks.append(loop.create_task(self._lag_loop(st), name=f"rlm-lag-{tp}"))
         log.info("tiering %d partitions", len(new))
 
     def stop_partitions(self, tps: Iterable[TopicPartition], *, delete_remote: bool,
@@ -274,24 +293,62 @@ class RemoteLogManager:
             try:
                 if self.rlmm.is_ready(st.tip) and st.copy_cancelled is None:
                     await self._copy_log_segments_to_remote(st)
+                if st.failures:
+                    self._log_copy_recovered(st)
                 st.failures = 0
                 st.last_copy_error = None
             except asyncio.CancelledError:
                 raise
             except CustomMetadataSizeLimitExceededError as e:
+                self.stats.mark("RemoteCopyErrorsPerSec", st.tp.topic)
                 st.copy_cancelled = st.last_copy_error = str(e)
                 log.error("%s: copying stopped until the broker restarts: %s", st.tp, e)
             except Exception as e:
+                # Kafka marks a failed copy run whatever step failed, so the meter keeps counting while
+                # the store is down and each run fails already in the dangling-upload cleanup.
+                self.stats.mark("RemoteCopyErrorsPerSec", st.tp.topic)
                 st.failures += 1
                 st.last_copy_error = f"{type(e).__name__}: {e}"
                 delay_ms = self._backoff_ms(st.failures)
-                level = logging.DEBUG if isinstance(e, RetriableRemoteStorageError) and st.failures > 1 \
-                    else logging.WARNING
-                log.log(level, "%s: copy to remote storage failed (attempt %d, next in %d ms): %s", st.tp,
-                        st.failures, delay_ms, st.last_copy_error)
+                self._log_copy_failed(st, delay_ms)
             finally:
                 self._record_lag(st)
             await asyncio.sleep(delay_ms / 1000)
+
+    def _log_copy_failed(self, st: PartitionTierState, delay_ms: int) -> None:
+        """A WARNING at the first failure and then at most every ``TASK_FAILURE_LOG_INTERVAL_S`` (DEBUG
+        between), naming the local backlog that grows meanwhile: local retention cannot delete what is not
+        uploaded, so an outage of the store shows first as disk use - the line says how much and why."""
+        now = time.monotonic()
+        if st.failing_since is None:
+            st.failing_since = now
+        level = logging.DEBUG
+        if st.failure_logged_at is None or now - st.failure_logged_at >= TASK_FAILURE_LOG_INTERVAL_S:
+            st.failure_logged_at = now
+            level = logging.WARNING
+        if not log.isEnabledFor(level):
+            return
+        plog = self._log_for(st.tp)
+        lag_bytes, lag_segments = copy_lag(plog) if plog is not None else (0, 0)
+        log.log(level, "%s: copy to remote storage failed (attempt %d, failing for %.0f s, next in %d ms): %s; "
+                "%d segments (%d bytes) wait on local disk for upload", st.tp, st.failures, now - st.failing_since,
+                delay_ms, st.last_copy_error, lag_segments, lag_bytes)
+
+    def _log_copy_recovered(self, st: PartitionTierState) -> None:
+        """Close the episode the failure WARNINGs opened (at WARNING too, so whoever saw those sees this)."""
+        since = st.failing_since if st.failing_since is not None else time.monotonic()
+        log.warning("%s: copy to remote storage recovered after %d failed attempts over %.0f s; %d segments "
+                    "copied so far", st.tp, st.failures, time.monotonic() - since, st.segments_copied)
+        st.failing_since = st.failure_logged_at = None
+
+    async def _lag_loop(self, st: PartitionTierState) -> None:
+        """Record the copy lag every task interval, apart from the copy task: while that one sleeps out a
+        long backoff (an outage, up to ``task.retry.backoff.max.ms``) or waits on an upload to a store that
+        hangs (up to the client's timeout), the lag gauges must keep rising with the local backlog instead
+        of freezing at the value of the last finished run (Kafka's KAFKA-19995: no lag during failures)."""
+        while True:
+            await asyncio.sleep(self.config.task_interval_ms / 1000)
+            self._record_lag(st)
 
     def _backoff_ms(self, failures: int) -> int:
         cfg = self.config
@@ -331,10 +388,7 @@ class RemoteLogManager:
         started = time.monotonic()
         try:
             self.stats.mark("RemoteCopyRequestsPerSec", st.tp.topic)
-            await self._run(self._copier, self._copy_sync, md, data)
-        except Exception:
-            self.stats.mark("RemoteCopyErrorsPerSec", st.tp.topic)
-            raise
+            await self._run(self._copier, self._copy_sync, md, data)  # a failure is counted by _copy_loop
         finally:
             st.being_copied.discard(segment_id)
         self.stats.mark("RemoteCopyBytesPerSec", st.tp.topic, md.segment_size_in_bytes)
@@ -346,6 +400,7 @@ class RemoteLogManager:
     def _copy_sync(self, md: RemoteLogSegmentMetadata, data: Any) -> None:
         """COPY_SEGMENT_STARTED -> upload -> COPY_SEGMENT_FINISHED (a copier thread)."""
         self.rlmm.add_remote_log_segment_metadata(md)
+        crash_point("copy.after_started")  # COPY_SEGMENT_STARTED is durable, nothing uploaded
         try:
             custom = self.rsm.copy_log_segment_data(md, data)
         except RetriableRemoteStorageError:
@@ -353,6 +408,7 @@ class RemoteLogManager:
         except Exception:
             self._cleanup_quietly(md)
             raise
+        crash_point("copy.after_upload")  # every object is in the store, COPY_SEGMENT_FINISHED not written
         finished = RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self._clock.milliseconds(), custom,
                                                   S.COPY_SEGMENT_FINISHED, self.broker_id)
         limit = self.config.custom_metadata_max_bytes
@@ -386,12 +442,14 @@ class RemoteLogManager:
         topic = md.topic_id_partition.topic
         if md.state is not S.DELETE_SEGMENT_STARTED:
             self._update_state(md, S.DELETE_SEGMENT_STARTED)
+        crash_point("delete.after_started")  # DELETE_SEGMENT_STARTED is durable, the objects still there
         self.stats.mark("RemoteDeleteRequestsPerSec", topic)
         try:
             self.rsm.delete_log_segment_data(md)
         except Exception:
             self.stats.mark("RemoteDeleteErrorsPerSec", topic)
             raise
+        crash_point("delete.after_store_delete")  # objects gone, DELETE_SEGMENT_FINISHED not written
         self._forget_indexes(md)
         self._update_state(md, S.DELETE_SEGMENT_FINISHED)
 
@@ -413,33 +471,57 @@ class RemoteLogManager:
     # -- expiration ----------------------------------------------------------------------------
 
     async def _expiration_loop(self, st: PartitionTierState) -> None:
+        """Every task interval; after failures (a store that is down fails every retried delete of a
+        DELETE_SEGMENT_STARTED segment, e.g. each dangling upload the copy task began to clean) it backs
+        off like the copy task, never retrying sooner than the interval, and its WARNING is rate-limited:
+        an outage must not turn into one store call and one log line per partition per interval."""
+        failures = 0
+        logged_at: float | None = None
         while True:
+            delay_ms = self.config.task_interval_ms
             try:
                 if self.rlmm.is_ready(st.tip):
                     await self.expire_once(st)
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("%s: remote retention failed: %s: %s", st.tp, type(e).__name__, e)
-            await asyncio.sleep(self.config.task_interval_ms / 1000)
+                failures += 1
+                delay_ms = max(delay_ms, self._backoff_ms(failures))
+                now = time.monotonic()
+                level = logging.DEBUG
+                if logged_at is None or now - logged_at >= TASK_FAILURE_LOG_INTERVAL_S or failures == 1:
+                    logged_at, level = now, logging.WARNING
+                log.log(level, "%s: remote retention failed (attempt %d, next in %d ms): %s: %s", st.tp, failures,
+                        delay_ms, type(e).__name__, e)
+            await asyncio.sleep(delay_ms / 1000)
 
     async def expire_once(self, st: PartitionTierState) -> ExpirationPlan | None:
         plog = self._log_for(st.tp)
         if plog is None:
             return None
+        started = time.monotonic()
+        # The listing first, then the log's state: the local-only bytes must not count a segment the
+        # listing already holds as COPY_SEGMENT_FINISHED. The log's own highest remote offset lags the
+        # metadata - it is -1 after a restart until the copy task's first run, and a copy finishing
+        # between the two reads reaches it later still - and counting an uploaded segment in both
+        # tiers inflates the size, so retention.bytes deleted remote data it had to keep (the crash
+        # suite saw the retained bytes fall below retention.bytes after a restart).
+        segments = await self._run(self._expiration, lambda: list(self.rlmm.list_remote_log_segments(st.tip)))
+        if self._log_for(st.tp) is not plog:
+            return None
+        finished = max((md.end_offset for md in segments if md.state is S.COPY_SEGMENT_FINISHED), default=-1)
         config = plog.config
         delete_policy = "delete" in config.cleanup_policy
         snap = LogSnapshot(
             epoch_entries=[(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()],
             log_end_offset=plog.log_end_offset, log_start_offset=plog.log_start_offset,
-            only_local_size=only_local_size(plog),
+            only_local_size=only_local_size(plog, finished),
             retention_ms=config.retention_ms if delete_policy else -1,
             retention_bytes=config.retention_bytes if delete_policy else -1,
             now_ms=self._clock.milliseconds(),
         )
-        started = time.monotonic()
-        plan = await self._run(self._expiration, lambda: plan_expiration(self.rlmm.list_remote_log_segments(st.tip),
-                                                                         snap))
+        plan = await self._run(self._expiration, plan_expiration, segments, snap)
         self.stats.set_partition("RemoteLogSizeComputationTime", st.tp.topic, st.tp.partition,
                                  (time.monotonic() - started) * 1e3)
         self.stats.set_partition("RemoteLogMetadataCount", st.tp.topic, st.tp.partition, plan.metadata_count)
@@ -500,7 +582,29 @@ class RemoteLogManager:
                  else stats.remote.RemoteLogReaderPrefetchMissesPerSec).mark()
             return result
 
-        return self._submit_read(run)
+        future = self._submit_read(run)
+        if self.config.reader_corrupt_segment_action != "skip":
+            return future
+        return asyncio.ensure_future(self._resume_locally(future, plog, max_bytes, min_one_message, read_committed))
+
+    async def _resume_locally(self, future: asyncio.Future[RemoteFetchResult], plog: PartitionLog, max_bytes: int,
+                              min_one_message: bool, read_committed: bool) -> RemoteFetchResult:
+        """Action ``skip`` past the last remote segment: serve the local log from ``resume_offset``.
+
+        Without it a consumer whose offset is in a corrupt last remote segment would get empty answers
+        for that offset forever. Runs on the event loop, the log's owner.
+        """
+        result = await future
+        offset = result.resume_offset
+        if offset is None or not plog.local_log_start_offset <= offset < plog.log_end_offset:
+            return result
+        isolation = FetchIsolation.TXN_COMMITTED if read_committed else FetchIsolation.HIGH_WATERMARK
+        records = plog.read(offset, max_bytes, isolation, min_one_message).records
+        data = records.read() if records is not None and records.size else b""
+        if not data:
+            return result
+        return RemoteFetchResult(data, offset, [] if read_committed else None, not read_committed,
+                                 plog.last_stable_offset)
 
     def find_offset_by_timestamp(self, tip: TopicIdPartition, plog: PartitionLog,
                                  timestamp: int) -> asyncio.Future[TimestampAndOffset | None]:
@@ -547,10 +651,14 @@ def _plugin(key: str, name: str, aliases: dict[str, str], base: type[T], prefix:
     return plugin
 
 
-def only_local_size(plog: PartitionLog) -> int:
-    """Bytes of local segments not yet in remote storage (Kafka's ``onlyLocalLogSegmentsSize``)."""
-    highest = plog.highest_offset_in_remote_storage
-    return sum(s.size for s in plog.segments if s.base_offset >= highest)
+def only_local_size(plog: PartitionLog, remote_end_offset: int = -1) -> int:
+    """Bytes of local segments not yet in remote storage (Kafka's ``onlyLocalLogSegmentsSize``);
+    ``remote_end_offset``: the highest end offset a metadata listing shows uploaded, when the log's
+    ``highest_offset_in_remote_storage`` has not caught up with it yet. ``>``, not Kafka's ``>=``: a
+    segment starting at the highest uploaded offset holds that offset, so it is the uploaded one (a
+    one-batch segment, as in Kafka's own tiered tests) and must not be counted a second time."""
+    highest = max(plog.highest_offset_in_remote_storage, remote_end_offset)
+    return sum(s.size for s in plog.segments if s.base_offset > highest)
 
 
 def copy_lag(plog: PartitionLog) -> tuple[int, int]:

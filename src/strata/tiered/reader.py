@@ -29,6 +29,27 @@ Batches stay opaque: only the 61-byte headers are parsed (``parse_header``), exc
 timestamp search decodes the records of the one batch that holds the answer, as the local
 ``LogSegment.find_offset_by_timestamp`` does.
 
+**Corruption** (bit rot in the store, a truncated object, a bad index). Every batch served is
+validated first (``_valid_batches_end``): its CRC-32C, that its offsets follow the previous batch's
+and stay within the segment's metadata, and that its leader epoch is one of the segment's - the base
+offset and the epoch lie outside the CRC. The header scan to the first batch checks the chain too
+(``_find_batch``): contiguous offsets, and a first batch that is the one its offset index entry names
+(entries are keyed by a batch's last offset), so a flipped base offset cannot renumber records. A
+segment whose bytes end before its metadata size, or whose header chain does not end exactly there,
+is truncated. Cost, measured on a 64 MiB window: 15 ms instead of 4 for 16 KiB batches, 7 ms for
+1 MiB batches (4-9 GiB/s).
+
+The batches before the first invalid one are served; a fetch that starts at an invalid batch is
+retried once with a fresh read from position 0 (ignoring the offset index and read-ahead), which
+tells a corrupt index or a transient bad read from corrupt data. Still invalid: the segment is
+remembered as corrupt from that offset (logged at ERROR once, counted by ``on_corrupt_segment``) and
+``remote.log.reader.corrupt.segment.action`` decides, for this and every later fetch without touching
+the store again: ``fail`` answers CORRUPT_MESSAGE, ``skip`` serves from the next segment (the consumer
+sees an offset gap; ``resume_offset`` says where the local log takes over when no remote segment
+follows). A remote offset index that fails its sanity check is not used (scans start at position 0),
+reported once; so is a transaction index (read_committed reads of that segment then fail with
+KAFKA_STORAGE_ERROR: its aborted transactions cannot be proven).
+
 **Read-ahead** (``ReadAhead``, ``remote.log.reader.prefetch.*``; Aiven's chunk-cache prefetch and
 Redpanda's ``cloud_storage_chunk_prefetch`` do the same). A consumer keeps one fetch in flight per
 broker, so without it every remote fetch waits for a store round trip in series with the consumer's
@@ -67,18 +88,31 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from strata.errors import OffsetOutOfRangeError, TruncatedBatchError
+from strata.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    TruncatedBatchError,
+    UnsupportedForMessageFormatError,
+)
+from strata.log.errors import CorruptIndexError
 from strata.log.segment import TimestampAndOffset
 from strata.log.txn_index import AbortedTxn
-from strata.protocol.records import RECORD_BATCH_OVERHEAD, BatchHeader, decode_batch, parse_header
+from strata.protocol.records import (
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    compute_crc,
+    decode_batch,
+    parse_header,
+)
 from strata.tiered.api import (
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteStorageManager,
     TopicIdPartition,
+    uuid_to_str,
 )
-from strata.tiered.index_cache import RemoteIndexCache
+from strata.tiered.index_cache import OffsetEntryLookup, RemoteIndexCache
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +132,27 @@ PREFETCH_IDLE_EVICT_S = 1.0
 """A finished window untouched this long belongs to a consumer that stopped or went elsewhere: it
 may be evicted to make room. Windows of consumers still reading are never evicted for others' (that
 would thrash: windows dropped before use, each read twice); a window that does not fit is skipped."""
+
+
+INVALID_DATA = (CorruptRecordError, UnsupportedForMessageFormatError)
+"""What bytes that are not a valid batch raise (a magic of 0 or 1 in a remote segment is corruption)."""
+CORRUPT_SEGMENT_ACTIONS = ("fail", "skip")
+"""``remote.log.reader.corrupt.segment.action``: answer CORRUPT_MESSAGE, or skip to the next segment."""
+
+
+class CorruptRemoteSegmentError(CorruptRecordError):
+    """A fetch needs offsets of a remote segment whose bytes failed validation (action ``fail``).
+
+    A CORRUPT_MESSAGE (2) answer for that partition; the segment is not read again."""
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptSegment:
+    """A remote segment found corrupt: offsets from ``from_offset`` to its end cannot be served."""
+
+    md: RemoteLogSegmentMetadata
+    from_offset: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +182,9 @@ class RemoteFetchResult:
     read_ahead_hit: bool | None = None
     """True when the records came from a read-ahead window, False when the read went to the store,
     None when read-ahead is off."""
+    resume_offset: int | None = None
+    """Set (with no records) when corrupt remote data was skipped and no remote segment follows it:
+    the partition's data resumes at this offset, in the local log."""
 
 
 def epoch_for_offset(leader_epochs: LeaderEpochs, offset: int) -> int | None:
@@ -220,6 +278,7 @@ class _SegmentWindow:
         self.start = start
         self.data = data if data is not None else memoryview(b"")
         self._eof_at: int | None = eof_at
+        self.after_offset: int | None = None  # a read-ahead window's: no batch before ``start`` ends above it
 
     @property
     def end(self) -> int:
@@ -268,7 +327,7 @@ class _SegmentWindow:
             data = fetch_remote_segment_bytes(self._rsm, self._md, fetch_from, fetch_to)
             got = len(data)
         if got < fetch_to - fetch_from:
-            self._eof_at = fetch_from + got
+            self._eof_at = fetch_from + got  # shorter than its metadata says: ``header`` reports it there
         self.data = data
         self.start = position
 
@@ -280,16 +339,22 @@ class _SegmentWindow:
         return self.data[position - self.start:end - self.start]
 
     def header(self, position: int, read_ahead: int) -> BatchHeader | None:
-        """The batch header at ``position``, None at the end of the segment's data."""
-        if self.at_eof(position):
-            return None
-        if not self.ensure(position, position + RECORD_BATCH_OVERHEAD, position + read_ahead):
-            if self.end <= position:
-                return None
-            raise TruncatedBatchError(
-                f"remote segment {self._md.remote_log_segment_id} ends inside a batch header", position
-            )
-        return parse_header(self.data, position - self.start, require_whole_batch=False)
+        """The batch header at ``position``, None at the end of the segment's data.
+
+        The chain of batches must end exactly at the segment's size: ending earlier (the object is
+        shorter than its metadata says) or later (a corrupt batch length jumped past it) is corruption,
+        never a quiet end of the segment.
+        """
+        if not self.at_eof(position):
+            if self.ensure(position, position + RECORD_BATCH_OVERHEAD, position + read_ahead):
+                return parse_header(self.data, position - self.start, require_whole_batch=False)
+            if self.end > position:
+                raise TruncatedBatchError(
+                    f"remote segment {_id(self._md)} ends inside a batch header", position)
+        if self.segment_size is not None and position != self.segment_size:
+            raise TruncatedBatchError(f"remote segment {_id(self._md)}: the batches end at byte {position}, its "
+                                      f"metadata says {self.segment_size} bytes", position)
+        return None
 
     def headers(self, position: int, read_ahead: int) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each batch from ``position`` to the end of the segment."""
@@ -437,7 +502,9 @@ class ReadAhead:
         if best.state != _DONE:
             return None, False
         eof_at = best.position + len(best.data) if best.eof else None
-        return _SegmentWindow(self._rsm, best.md, best.position, best.data, eof_at), hit
+        window = _SegmentWindow(self._rsm, best.md, best.position, best.data, eof_at)
+        window.after_offset = best.after_offset
+        return window, hit
 
     def after_read(self, tp: TopicIdPartition, epochs: LeaderEpochs, md: RemoteLogSegmentMetadata,
                    served_from: _SegmentWindow | None, end: int, last_offset: int, max_bytes: int) -> None:
@@ -659,13 +726,26 @@ class RemoteLogReader:
                  *, scan_slack_bytes: int = DEFAULT_SCAN_SLACK_BYTES, prefetch_total_bytes: int = 0,
                  prefetch_windows: int = DEFAULT_PREFETCH_WINDOWS,
                  prefetch_window_bytes: int = DEFAULT_PREFETCH_WINDOW_BYTES,
-                 prefetch_submit: Callable[[Callable[[], None]], Any] | None = None) -> None:
+                 prefetch_submit: Callable[[Callable[[], None]], Any] | None = None,
+                 corrupt_segment_action: str = "fail",
+                 on_corrupt_segment: Callable[[TopicIdPartition, int], None] | None = None) -> None:
         """``prefetch_submit`` runs a read-ahead task on the reader pool (``Executor.submit``); read-ahead
-        is on when it is given and ``prefetch_total_bytes`` and ``prefetch_windows`` are positive."""
+        is on when it is given and ``prefetch_total_bytes`` and ``prefetch_windows`` are positive.
+        ``on_corrupt_segment(tp, n)`` is called (on a reader thread) when a segment of ``tp`` is found
+        corrupt or forgotten, with the number of its segments now known corrupt (a metric)."""
+        if corrupt_segment_action not in CORRUPT_SEGMENT_ACTIONS:
+            raise ValueError(f"corrupt segment action must be one of {CORRUPT_SEGMENT_ACTIONS}, "
+                             f"got {corrupt_segment_action!r}")
         self.rsm = rsm
         self.rlmm = rlmm
         self.index_cache = index_cache
         self.scan_slack_bytes = max(scan_slack_bytes, RECORD_BATCH_OVERHEAD)
+        self.corrupt_segment_action = corrupt_segment_action
+        self._on_corrupt_segment = on_corrupt_segment
+        self._lock = threading.Lock()
+        self._corrupt: dict[uuid.UUID, CorruptSegment] = {}
+        self._unusable_indexes: set[uuid.UUID] = set()  # failed the sanity check: scans start at 0
+        self._reported_indexes: set[uuid.UUID] = set()  # an index that pointed wrong was reported once
         self.read_ahead: ReadAhead | None = None
         if prefetch_submit is not None and prefetch_total_bytes > 0 and prefetch_windows > 0:
             self.read_ahead = ReadAhead(rsm, rlmm, index_cache, total_bytes=prefetch_total_bytes,
@@ -673,9 +753,22 @@ class RemoteLogReader:
                                         submit=prefetch_submit)
 
     def forget_segment(self, segment_id: uuid.UUID) -> None:
-        """The segment was deleted: drop its read-ahead entries (their bytes are not stale, but dead weight)."""
+        """The segment was deleted: drop its read-ahead entries (their bytes are not stale, but dead weight)
+        and what was known about its corruption."""
         if self.read_ahead is not None:
             self.read_ahead.forget(segment_id)
+        with self._lock:
+            known = self._corrupt.pop(segment_id, None)
+            self._unusable_indexes.discard(segment_id)
+            self._reported_indexes.discard(segment_id)
+            count = self._corrupt_count(known.md.topic_id_partition) if known is not None else 0
+        if known is not None and self._on_corrupt_segment is not None:
+            self._on_corrupt_segment(known.md.topic_id_partition, count)
+
+    def corrupt_segments(self, tp: TopicIdPartition | None = None) -> list[CorruptSegment]:
+        """The remote segments found corrupt (of one partition), for tools and tests."""
+        with self._lock:
+            return [c for c in self._corrupt.values() if tp is None or c.md.topic_id_partition == tp]
 
     def close(self) -> None:
         if self.read_ahead is not None:
@@ -687,7 +780,8 @@ class RemoteLogReader:
              min_one_message: bool, read_committed: bool) -> RemoteFetchResult:
         """Kafka's ``RemoteLogManager.read`` for one partition.
 
-        Raises OffsetOutOfRangeError when no remote segment holds ``fetch_offset`` in its epoch.
+        Raises OffsetOutOfRangeError when no remote segment holds ``fetch_offset`` in its epoch, and
+        CorruptRemoteSegmentError when the segment that does is corrupt there (action ``fail``).
         ``max_bytes`` is already ``min(fetch max bytes, partition max bytes)``.
         """
         if max_bytes < 0:
@@ -697,51 +791,192 @@ class RemoteLogReader:
         if md is None:
             raise offset_out_of_range(tp, fetch_offset, epoch)
         empty_txns: list[AbortedTxn] | None = [] if read_committed else None
-        read_ahead = max_bytes + self.scan_slack_bytes
-        ahead = self.read_ahead
-        # A segment may hold no batch at or after the offset (compaction, or aborted-transaction gaps
-        # at its end): Kafka then moves to the segment holding end_offset + 1.
+        hit: bool | None = None
+        # A segment may hold no batch at or after the offset (compaction, or aborted-transaction gaps at its
+        # end), or be corrupt there with the action ``skip``: Kafka moves to the segment holding end_offset + 1.
         while True:
-            start_pos, next_pos = self.index_cache.lookup_offset(md, fetch_offset)
-            window, hit = ahead.take(md, fetch_offset, start_pos) if ahead is not None else (None, None)
-            from_ahead = window is not None  # of the segment that answers (the last one tried)
-            if window is not None:  # the bytes are here: scan from the entry's start (or the index's, if later)
-                scan_from = max(start_pos, window.start)
-            else:
-                # The wanted batch starts by next_pos, so one read covers the skip to it plus max_bytes
-                # after it. At the segment's start offset it is the first batch: no skip.
-                starts_by = start_pos if next_pos is None or fetch_offset <= md.start_offset \
-                    else max(next_pos, start_pos)
-                window = _SegmentWindow(self.rsm, md)
-                window.load(start_pos, starts_by + read_ahead)
-                scan_from = start_pos
-            first = next(((pos, h) for pos, h in window.headers(scan_from, read_ahead)
-                          if h.last_offset >= fetch_offset), None)
-            if first is not None:
-                break
-            md = self._next_segment(tp, leader_epochs, md)
-            if md is None:
-                return RemoteFetchResult(b"", fetch_offset, empty_txns, read_ahead_hit=hit)
-        position, header = first
-        if not min_one_message and header.size > max_bytes:
-            return RemoteFetchResult(b"", fetch_offset, empty_txns, remote_segment=md, start_position=position,
+            corrupt = self._known_corrupt(md, fetch_offset)
+            if corrupt is None:
+                result, hit = self._read_segment(tp, leader_epochs, md, fetch_offset, max_bytes, min_one_message)
+                if isinstance(result, RemoteFetchResult):
+                    break
+                corrupt = result
+            if corrupt is not None and self.corrupt_segment_action == "fail":
+                raise CorruptRemoteSegmentError(
+                    f"remote segment {_id(corrupt.md)} of {tp.topic}-{tp.partition} is corrupt "
+                    f"from offset {corrupt.from_offset} to {corrupt.md.end_offset}: {corrupt.reason}")
+            following = self._next_segment(tp, leader_epochs, md)
+            if following is None:
+                resume = md.end_offset + 1 if corrupt is not None else None
+                return RemoteFetchResult(b"", fetch_offset, empty_txns, read_ahead_hit=hit, resume_offset=resume)
+            md = following
+        if read_committed and len(result.records):
+            aborted, complete = self._collect_aborted_txns(tp, leader_epochs, md, result.first_batch_offset,
+                                                           result.upper_bound_offset)
+            return RemoteFetchResult(result.records, result.first_batch_offset, aborted, complete,
+                                     result.upper_bound_offset, md, result.start_position, read_ahead_hit=hit)
+        if read_committed:
+            return RemoteFetchResult(result.records, result.first_batch_offset, empty_txns,
+                                     remote_segment=result.remote_segment, start_position=result.start_position,
                                      read_ahead_hit=hit)
+        return result
+
+    def _known_corrupt(self, md: RemoteLogSegmentMetadata, fetch_offset: int) -> CorruptSegment | None:
+        """The corruption a fetch from ``fetch_offset`` would run into at once in ``md``, if known."""
+        with self._lock:
+            known = self._corrupt.get(md.remote_log_segment_id.id)
+        if known is None or max(fetch_offset, md.start_offset) < known.from_offset:
+            return None
+        return known
+
+    def _read_segment(self, tp: TopicIdPartition, leader_epochs: LeaderEpochs, md: RemoteLogSegmentMetadata,
+                      fetch_offset: int, max_bytes: int,
+                      min_one_message: bool) -> tuple[RemoteFetchResult | CorruptSegment | None, bool | None]:
+        """One segment's answer: its batches (validated), None (no batch at or after the offset: try the
+        next segment) or the corruption found at the offset (now remembered); and the read-ahead hit."""
+        try:
+            return self._read_segment_once(tp, leader_epochs, md, fetch_offset, max_bytes, min_one_message)
+        except INVALID_DATA as first:
+            problem: Exception = first
+        try:  # once more from scratch: a corrupt index or a bad transfer, or really corrupt data?
+            result, _ = self._read_segment_once(tp, leader_epochs, md, fetch_offset, max_bytes, min_one_message,
+                                                fresh=True)
+        except INVALID_DATA as e:
+            return self._mark_corrupt(md, fetch_offset, str(e)), None
+        segment_id = md.remote_log_segment_id.id
+        with self._lock:
+            first_report = segment_id not in self._reported_indexes
+            self._reported_indexes.add(segment_id)
+        if first_report:
+            log.warning("remote segment %s of %s-%d: a read of offset %d through its offset index and read-ahead "
+                        "failed validation (%s); a fresh read from position 0 succeeded, so the index (or that "
+                        "transfer) was bad. Falling back to a scan whenever it happens again", _id(md),
+                        tp.topic, tp.partition, fetch_offset, problem)
+        return result, False
+
+    def _mark_corrupt(self, md: RemoteLogSegmentMetadata, from_offset: int, reason: str) -> CorruptSegment:
+        """Remember the corruption (earliest offset wins) and report it once per segment."""
+        tp = md.topic_id_partition
+        segment_id = md.remote_log_segment_id.id
+        with self._lock:
+            known = self._corrupt.get(segment_id)
+            first_report = known is None
+            if known is None or from_offset < known.from_offset:
+                known = self._corrupt[segment_id] = CorruptSegment(md, max(from_offset, md.start_offset), reason)
+            count = self._corrupt_count(tp)
+        if first_report:
+            log.error("remote segment %s of %s-%d (offsets %d to %d) is corrupt from offset %d: %s; "
+                      "remote.log.reader.corrupt.segment.action=%s: %s", _id(md), tp.topic, tp.partition,
+                      md.start_offset, md.end_offset, known.from_offset, reason, self.corrupt_segment_action,
+                      "fetches of these offsets answer CORRUPT_MESSAGE" if self.corrupt_segment_action == "fail"
+                      else "fetches skip to the next segment (these records are lost to consumers)")
+            if self._on_corrupt_segment is not None:
+                self._on_corrupt_segment(tp, count)
+        return known
+
+    def _corrupt_count(self, tp: TopicIdPartition) -> int:
+        return sum(1 for c in self._corrupt.values() if c.md.topic_id_partition == tp)
+
+    def _offset_lookup(self, md: RemoteLogSegmentMetadata, fetch_offset: int) -> OffsetEntryLookup:
+        """The index's answer, or position 0 for an index that fails its sanity check (it is never used
+        again for this segment, and reported once)."""
+        segment_id = md.remote_log_segment_id.id
+        if segment_id not in self._unusable_indexes:
+            try:
+                return self.index_cache.lookup_offset_entry(md, fetch_offset)
+            except CorruptIndexError as e:
+                with self._lock:
+                    self._unusable_indexes.add(segment_id)
+                log.error("the remote offset index of segment %s of %s-%d is corrupt (%s): reads of the segment "
+                          "scan it from position 0", _id(md), md.topic_id_partition.topic,
+                          md.topic_id_partition.partition, e)
+        return OffsetEntryLookup(0, None, None)
+
+    @staticmethod
+    def _find_batch(md: RemoteLogSegmentMetadata, window: _SegmentWindow, scan_from: int, read_ahead: int,
+                    fetch_offset: int, previous: int | None, entry_offset: int | None,
+                    strict_entry: bool) -> tuple[tuple[int, BatchHeader] | None, int | None]:
+        """The first batch from ``scan_from`` whose last offset reaches ``fetch_offset`` (None: none), and the
+        last offset of the batch before it (None: unknown).
+
+        The header chain is checked on the way, because a batch's base offset lies outside its CRC: each
+        batch must follow ``previous`` (the last offset before ``scan_from`` when known: the segment's
+        start - 1 at position 0, a read-ahead window's exact bound) and the batches scanned before it;
+        the first batch must be the one the offset index entry it was found through names
+        (``entry_offset``: Strata's entries are keyed by a batch's last offset; ``strict_entry=False``
+        accepts any batch holding it, as entries of older Kafka logs may span several batches).
+        """
+        first = True
+        for pos, h in window.headers(scan_from, read_ahead):
+            if previous is not None and h.base_offset != previous + 1:
+                raise CorruptRecordError(f"remote segment {_id(md)}: batch base offset {h.base_offset} does not "
+                                         f"follow offset {previous}", pos)
+            if first and entry_offset is not None and not (
+                    h.last_offset == entry_offset if strict_entry else h.base_offset <= entry_offset <= h.last_offset):
+                raise CorruptRecordError(f"remote segment {_id(md)}: the offset index entry of offset {entry_offset} "
+                                         f"points at a batch of offsets [{h.base_offset}, {h.last_offset}]", pos)
+            first = False
+            if h.last_offset >= fetch_offset:
+                return (pos, h), previous
+            previous = h.last_offset
+        return None, previous
+
+    def _read_segment_once(self, tp: TopicIdPartition, leader_epochs: LeaderEpochs, md: RemoteLogSegmentMetadata,
+                           fetch_offset: int, max_bytes: int, min_one_message: bool,
+                           fresh: bool = False) -> tuple[RemoteFetchResult | None, bool | None]:
+        """Validated batches of ``md`` from ``fetch_offset`` (None: none at or after it), and the read-ahead hit.
+
+        ``fresh``: scan from position 0 with a read of its own, trusting neither index nor read-ahead.
+        Raises CorruptRecordError when the batch the fetch must start with is invalid.
+        """
+        read_ahead = max_bytes + self.scan_slack_bytes
+        ahead = None if fresh else self.read_ahead
+        start_pos, next_pos, entry_offset = OffsetEntryLookup(0, None, None) if fresh \
+            else self._offset_lookup(md, fetch_offset)
+        window, hit = ahead.take(md, fetch_offset, start_pos) if ahead is not None else (None, None)
+        from_ahead = window is not None
+        after: int | None = None  # the last offset before the scan's first batch, when known
+        if window is not None:  # the bytes are here: scan from the entry's start (or the index's, if later)
+            scan_from = max(start_pos, window.start)
+            if scan_from == window.start and window.after_offset is not None:
+                after = window.after_offset
+        else:
+            # The wanted batch starts by next_pos, so one read covers the skip to it plus max_bytes
+            # after it. At the segment's start offset it is the first batch: no skip.
+            starts_by = start_pos if next_pos is None or fetch_offset <= md.start_offset \
+                else max(next_pos, start_pos)
+            window = _SegmentWindow(self.rsm, md)
+            window.load(start_pos, starts_by + read_ahead)
+            scan_from = start_pos
+        if scan_from == 0:
+            after = md.start_offset - 1
+        first, previous = self._find_batch(md, window, scan_from, read_ahead, fetch_offset, after,
+                                           entry_offset if scan_from == start_pos else None,
+                                           md.remote_log_segment_id.id not in self._reported_indexes)
+        if first is None:
+            return None, hit
+        position, header = first
+        if header.base_offset > max(fetch_offset, md.start_offset):
+            # Offsets are contiguous in a segment: the batch holding the offset was skipped (the index
+            # pointed past it) or its offsets are corrupt.
+            raise CorruptRecordError(f"remote segment {_id(md)}: the first batch at or after "
+                                     f"offset {fetch_offset} starts at offset {header.base_offset}", position)
+        if not min_one_message and header.size > max_bytes:
+            return RemoteFetchResult(b"", fetch_offset, remote_segment=md, start_position=position,
+                                     read_ahead_hit=hit), hit
         limit = max(max_bytes, header.size) if min_one_message else max_bytes
         if not (from_ahead and position + header.size <= window.end):
             window.ensure(position, position + limit)
         # else: a read-ahead window answers with what it holds (whole batches), without another read
-        end, last_offset = _whole_batches_end(window, position, min(position + limit, window.end))
-        if end == position:  # the window was sized for the first batch: the store cut the segment short
-            raise TruncatedBatchError(f"remote segment {md.remote_log_segment_id} ends inside a batch", position)
+        end, last_offset, problem = _valid_batches_end(window, position, min(position + limit, window.end), md,
+                                                       previous)
+        if end == position:  # the first batch is invalid, or the store cut the segment short
+            raise problem or TruncatedBatchError(f"remote segment {_id(md)} ends inside a batch", position)
         records = window.view(position, end)  # a view of the read buffer: no copy on this thread
-        if ahead is not None:
+        if ahead is not None and problem is None:
             ahead.after_read(tp, leader_epochs, md, window if from_ahead else None, end, last_offset, max_bytes)
-        aborted, complete = None, True
-        if read_committed:
-            aborted, complete = self._collect_aborted_txns(tp, leader_epochs, md, header.base_offset,
-                                                           last_offset + 1)
-        return RemoteFetchResult(records, header.base_offset, aborted, complete, last_offset + 1, md, position,
-                                 read_ahead_hit=hit)
+        return RemoteFetchResult(records, header.base_offset, None, True, last_offset + 1, md, position,
+                                 read_ahead_hit=hit), hit
 
     def _next_segment(self, tp: TopicIdPartition, leader_epochs: LeaderEpochs,
                       md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
@@ -830,15 +1065,24 @@ class RemoteLogReader:
 
     def _lookup_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int,
                           starting_offset: int) -> TimestampAndOffset | None:
-        """Scan batch headers from the time index position; decode only the batch that must hold it."""
-        position = self.index_cache.lookup_timestamp(md, timestamp, starting_offset)
+        """Scan batch headers from the time index position; decode only the batch that must hold it
+        (checking its CRC: a corrupt batch raises rather than answer with a wrong offset)."""
+        if md.remote_log_segment_id.id in self._unusable_indexes:
+            position = 0
+        else:
+            try:
+                position = self.index_cache.lookup_timestamp(md, timestamp, starting_offset)
+            except CorruptIndexError as e:
+                log.warning("remote indexes of segment %s are corrupt (%s): scanning it from position 0",
+                            _id(md), e)
+                position = 0
         window = _SegmentWindow(self.rsm, md)
         for pos, header in window.headers(position, self.scan_slack_bytes):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue
             if not window.ensure(pos, pos + header.size, pos + header.size + self.scan_slack_bytes):
                 raise TruncatedBatchError(f"remote segment {md.remote_log_segment_id} ends inside a batch", pos)
-            batch = decode_batch(window.view(pos, pos + header.size), verify_crc=False)
+            batch = decode_batch(window.view(pos, pos + header.size), verify_crc=True)
             for record in batch.records:
                 if record.timestamp >= timestamp and record.offset >= starting_offset:
                     epoch = header.partition_leader_epoch
@@ -846,22 +1090,54 @@ class RemoteLogReader:
         return None
 
 
-def _whole_batches_end(window: _SegmentWindow, position: int, limit: int) -> tuple[int, int]:
-    """End of the last whole batch in ``[position, limit)`` and its last offset.
+def _id(md: RemoteLogSegmentMetadata) -> str:
+    """A segment id as Kafka prints it and the stores name objects (base64url)."""
+    return uuid_to_str(md.remote_log_segment_id.id)
 
-    The first batch is always included (the caller sized ``limit`` to hold it when it must be sent).
+
+def _valid_batches_end(window: _SegmentWindow, position: int, limit: int, md: RemoteLogSegmentMetadata,
+                       previous: int | None = None) -> tuple[int, int, CorruptRecordError | None]:
+    """End of the last whole, valid batch in ``[position, limit)``, its last offset, and what stopped the
+    run if it was an invalid batch (None when it was the limit).
+
+    Valid: the header parses, the CRC-32C matches, the base offset follows the previous batch's last
+    offset (segments of a tiered topic are never compacted, so offsets are contiguous), the last offset
+    is within the segment's metadata and the partition leader epoch is one of the segment's (or -1: no
+    epoch). The base offset and the epoch are not covered by the CRC, hence the extra checks. The first
+    batch is always examined (the caller sized ``limit`` to hold it when it must be sent); ``previous`` is
+    the last offset before it, when known.
     """
     end = position
-    last_offset = -1
+    last_offset = -1 if previous is None else previous
+    epochs = md.segment_leader_epochs
+    data = window.data
     while end < limit:
         if end + RECORD_BATCH_OVERHEAD > limit:
             break
-        header = parse_header(window.data, end - window.start, require_whole_batch=False)
+        at = end - window.start
+        try:
+            header = parse_header(data, at, require_whole_batch=False)
+        except INVALID_DATA as e:
+            return end, (last_offset if end > position else -1), CorruptRecordError(f"remote segment {_id(md)}: {e}",
+                                                                                    end)
         if end + header.size > limit:
             break
+        problem = None
+        if compute_crc(data, at, header.size) != header.crc:
+            problem = f"CRC-32C mismatch in the batch at offset {header.base_offset}"
+        elif (end > position or previous is not None) and header.base_offset != last_offset + 1:
+            problem = f"batch base offset {header.base_offset} does not follow offset {last_offset}"
+        elif not md.start_offset <= header.base_offset <= header.last_offset <= md.end_offset:
+            problem = (f"batch offsets [{header.base_offset}, {header.last_offset}] are outside the segment's "
+                       f"[{md.start_offset}, {md.end_offset}]")
+        elif epochs and header.partition_leader_epoch not in epochs and header.partition_leader_epoch != -1:
+            problem = f"batch leader epoch {header.partition_leader_epoch} is not one of the segment's {sorted(epochs)}"
+        if problem is not None:
+            return end, (last_offset if end > position else -1), CorruptRecordError(
+                f"remote segment {_id(md)}: {problem}", end)
         end += header.size
         last_offset = header.last_offset
-    return end, last_offset
+    return end, (last_offset if end > position else -1), None
 
 
 # -- function forms ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.handlers.create_topics import INVALID_REPLICA_ASSIGNMENT, check_assignment
+from strata.broker.handlers.create_topics import INVALID_REPLICA_ASSIGNMENT, MAX_PARTITIONS_PER_BATCH, check_assignment
 from strata.broker.topics import INTERNAL_TOPICS
 from strata.errors import ApiError, ErrorCode, KafkaError
 
@@ -50,6 +50,20 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
     counts = Counter(t.name for t in request.topics)
     results = [{"name": n, "error_code": ErrorCode.INVALID_REQUEST, "error_message": "Duplicate topic name."}
                for n in sorted(n for n, c in counts.items() if c > 1)]
+    added = 0
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            continue
+        info = ctx.broker.topics.get(topic.name)
+        if info is not None and topic.count > info.partitions:
+            added += topic.count - info.partitions
+    if added > MAX_PARTITIONS_PER_BATCH:
+        # Kafka's controller fails the whole request when its records would exceed
+        # MAX_RECORDS_PER_USER_OP (the same 10,000): nothing is created.
+        message = "Unable to perform excessively large batch operation."
+        results += [{"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": message}
+                    for t in request.topics if counts[t.name] == 1]
+        return ctx.respond(throttle_time=0, results=results)
     for topic in request.topics:
         if counts[topic.name] > 1:
             continue

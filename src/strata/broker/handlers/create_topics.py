@@ -28,6 +28,10 @@ from strata.errors import ApiError, ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 CREATE_TOPICS = 19
+# Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: a request that would create more
+# partitions is refused as a whole (each partition costs files and descriptors; a flipped byte in
+# num_partitions must not make the broker try to open millions of them).
+MAX_PARTITIONS_PER_BATCH = 10_000
 # 39 is not in strata.errors.ErrorCode; kio's enum carries the same wire value and name.
 INVALID_REPLICA_ASSIGNMENT = cast(ErrorCode, KioErrorCode.invalid_replica_assignment)
 
@@ -103,6 +107,19 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str]]:
     return partitions, rf, configs
 
 
+def _total_partitions(topics: Any, default_partitions: int) -> int:
+    """Kafka's ``validateTotalNumberOfPartitions``: an upper bound of what the request creates."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += default_partitions
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
+
+
 def _error(name: str, code: int, message: str | None) -> dict[str, Any]:
     return {"name": name, "topic_id": None, "error_code": code, "error_message": message,
             "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": []}
@@ -117,6 +134,10 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     results = []
     for dup in sorted(n for n, c in counts.items() if c > 1):
         results.append(_error(dup, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+    if _total_partitions(request.topics, broker.config.num_partitions) > MAX_PARTITIONS_PER_BATCH:
+        message = "Excessively large number of partitions per request."
+        results += [_error(t.name, ErrorCode.POLICY_VIOLATION, message) for t in request.topics if counts[t.name] == 1]
+        return ctx.respond(throttle_time=0, topics=results)
     for topic in request.topics:
         if counts[topic.name] > 1:
             continue

@@ -57,7 +57,9 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
     try:
         plog = replicas.get_log(tp)
         replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
-        max_bytes = min(p.partition_max_bytes, budget)
+        # A negative partition_max_bytes (hostile or buggy client) reads like 0: the first batch at most
+        # (min_one_message), never a ValueError from the segment read turned into UNKNOWN_SERVER_ERROR.
+        max_bytes = max(0, min(p.partition_max_bytes, budget))
         min_one = state.bytes == 0 and not state.remote
         out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                    log_start_offset=plog.log_start_offset)

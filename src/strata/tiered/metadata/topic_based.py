@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 from crc32c import crc32c
 
+from strata.common.crashpoints import crash_point
 from strata.config.defs import ConfigDef, ConfigKey, at_least
 from strata.errors import InvalidConfigError, KafkaStorageError
 from strata.log.checkpoints import atomic_write
@@ -575,6 +576,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise
         except Exception as e:
             raise RemoteStorageError(f"cannot append to {REMOTE_LOG_METADATA_TOPIC_NAME}-{partition}: {e}") from e
+        crash_point("rlmm.append.after_write")  # the event is in the topic, not yet in the cache
         self._wait_till_consumption_catches_up(partition, offset, md)
 
     def _wait_till_consumption_catches_up(self, partition: int, offset: int, md: RemoteLogMetadata) -> None:

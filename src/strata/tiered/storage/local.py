@@ -53,6 +53,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
+from strata.common.crashpoints import crash_point
 from strata.log.checkpoints import fsync_path
 from strata.tiered.api import (
     IndexType,
@@ -367,8 +368,16 @@ class LocalTieredStorage(RemoteStorageManager):
         self._record(EventType.DELETE_PARTITION, tp, None)
 
     def _delete_files(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Every file of the segment, and the temp files of a copy of it that a crash interrupted
+        (``kill -9`` between the writes and the renames of ``_atomic_copy_all`` leaves them; nothing
+        else would ever remove them). Only ever called for a segment id no copy is writing: every
+        copy attempt has a fresh id, and it is deleted only after that attempt ended."""
         for suffix in ALL_SUFFIXES:
             _unlink_quietly(self._path(metadata, suffix))
+        log_path = self._path(metadata, LOG_SUFFIX)
+        stem = log_path.name[: -len(LOG_SUFFIX) - 1]
+        for tmp in log_path.parent.glob(f"{stem}.*{_TMP_MARK}*"):
+            _unlink_quietly(tmp)
         # the partition directory stays, even empty: a concurrent copy into it may have just created it
 
     def walk_segments(self) -> Iterator[Path]:
@@ -483,6 +492,7 @@ def _atomic_copy_all(files: Mapping[Path, Path | bytes]) -> None:
             os.close(fd)
         for _, tmp, target in opened:
             os.replace(tmp, target)
+            crash_point("rsm.copy.mid")  # some files of the segment in place, the others still temp files
     except BaseException:
         for fd, _, _ in opened[closed:]:
             os.close(fd)

@@ -40,6 +40,7 @@ import obstore
 from obstore.exceptions import BaseError, NotFoundError, PermissionDeniedError, UnauthenticatedError
 from obstore.store import S3Store
 
+from strata.common.crashpoints import crash_point
 from strata.tiered.api import (
     IndexType,
     LogSegmentData,
@@ -163,6 +164,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                                        for suffix, source in small]
         try:
             self._put(self.key(metadata, LOG_SUFFIX), data.log_segment)
+            crash_point("rsm.copy.mid")  # the .log object is stored, index objects may still be on their way
             for future in futures:
                 future.result()
         except BaseException as e:
