@@ -55,3 +55,13 @@ def test_properties_file_syntax():
     assert parse_properties(text) == {"log.dirs": "/tmp/a", "num.partitions": "3"}
     with pytest.raises(InvalidConfigError, match="line 1"):
         parse_properties("no separator here")
+
+
+def test_broker_local_retention_defaults_are_checked_only_with_the_remote_storage_system_on():
+    """Kafka's validateBrokerLogConfigValues: log.local.retention.* within log.retention.* once tiering exists."""
+    from strata.config import BrokerConfig
+
+    props = {"log.retention.bytes": "1000", "log.local.retention.bytes": "2000"}
+    assert BrokerConfig.from_props(props).log_config.local_retention_bytes == 2000
+    with pytest.raises(InvalidConfigError, match="log.local.retention.bytes"):
+        BrokerConfig.from_props({**props, "remote.log.storage.system.enable": "true"})

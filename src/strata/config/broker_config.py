@@ -187,7 +187,7 @@ class BrokerConfig:
             metrics_port=p["metrics.port"],
             metrics_host=p["metrics.host"],
             remote=RemoteLogManagerConfig.from_parsed(p, props),
-            log_config=_default_log_config(p),
+            log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )
 
@@ -204,8 +204,22 @@ class BrokerConfig:
         return cls.from_props(props)
 
 
-def _default_log_config(p: Mapping[str, Any]) -> LogConfig:
-    """Kafka's precedence: ``*.ms`` over ``*.minutes`` over ``*.hours``."""
+def _default_log_config(p: Mapping[str, Any], *, remote_system_enabled: bool) -> LogConfig:
+    """Kafka's precedence: ``*.ms`` over ``*.minutes`` over ``*.hours``.
+
+    With the remote storage system on, the defaults must keep ``log.local.retention.*`` within
+    ``log.retention.*`` whether or not a topic turns tiering on (``validateBrokerLogConfigValues``).
+    """
+    config = _log_config_from(p)
+    if remote_system_enabled:
+        try:
+            config.validate_remote_storage_retention()
+        except InvalidConfigError as e:
+            raise InvalidConfigError(str(e).replace("local.retention.", "log.local.retention.")) from None
+    return config
+
+
+def _log_config_from(p: Mapping[str, Any]) -> LogConfig:
     if p["log.retention.ms"] is not None:
         retention_ms = p["log.retention.ms"]
     elif p["log.retention.minutes"] is not None:

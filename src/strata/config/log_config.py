@@ -127,6 +127,11 @@ class LogConfig:
             return
         if "compact" in self.cleanup_policy:
             raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+        self.validate_remote_storage_retention()
+
+    def validate_remote_storage_retention(self) -> None:
+        """``local.retention.*`` within ``retention.*``: for tiered topics, and for the broker defaults
+        when the remote storage system is on (Kafka's ``validateBrokerLogConfigValues``)."""
         for local, total, name in (
             (self.local_retention_ms, self.retention_ms, "local.retention.ms"),
             (self.local_retention_bytes, self.retention_bytes, "local.retention.bytes"),
