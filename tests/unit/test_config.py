@@ -59,7 +59,7 @@ def test_properties_file_syntax():
 
 def test_broker_local_retention_defaults_are_checked_only_with_the_remote_storage_system_on():
     """Kafka's validateBrokerLogConfigValues: log.local.retention.* within log.retention.* once tiering exists."""
-    from strata.config import BrokerConfig
+    from strata.config.broker_config import BrokerConfig
 
     props = {"log.retention.bytes": "1000", "log.local.retention.bytes": "2000"}
     assert BrokerConfig.from_props(props).log_config.local_retention_bytes == 2000
