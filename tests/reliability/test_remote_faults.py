@@ -578,9 +578,12 @@ def run_injected_faults(b: FaultyBroker, window_s: float, chaos_s: float = 0.0) 
         assert warnings_for(b, "lat-0", "copy to remote storage failed")
         b.set_faults(None)
         load.phase = "base3"
-        time.sleep(window_s)
+        fetch_s, code, size = b.remote_fetch("lat", 0)
+        assert code == 0 and size > 0, (code, size)  # reads work again as soon as the store does
+        time.sleep(max(0.0, window_s - fetch_s))
 
-        # hanging store: every call blocks; remote reads still answered in time, the lag gauge still moves
+        # hanging store: every call blocks; remote reads still answered in time, the lag gauge still moves.
+        # The last read succeeded, so an expired read gets Kafka's answer: empty records, no error.
         b.set_faults(HANGING)
         load.phase = "hang"
         started = time.monotonic()
@@ -588,6 +591,14 @@ def run_injected_faults(b: FaultyBroker, window_s: float, chaos_s: float = 0.0) 
         fetch_s, code, size = b.remote_fetch("lat", 0)
         report["remote_fetch_hang"] = (round(fetch_s * 1e3), code, size)
         assert code == 0 and size == 0 and fetch_s <= FETCH_MAX_WAIT_MS / 1000 + FETCH_MARGIN_S, report
+        # Once a read has failed on the store, an expired read says so: KAFKA_STORAGE_ERROR (retriable),
+        # still within remote.fetch.max.wait.ms, so a consumer backs off and shows the error.
+        b.set_faults(FAILING)
+        assert b.remote_fetch("lat", 0)[1] == KAFKA_STORAGE_ERROR
+        b.set_faults(HANGING)
+        fetch_s, code, size = b.remote_fetch("lat", 0)
+        report["remote_fetch_hang_known_failing"] = (round(fetch_s * 1e3), code, size)
+        assert code == KAFKA_STORAGE_ERROR and fetch_s <= FETCH_MAX_WAIT_MS / 1000 + FETCH_MARGIN_S, report
         time.sleep(max(0.0, window_s - (time.monotonic() - started)))
         assert b.copy_lag_segments("lat") > lag_start
         assert b.op("copy")["faults"].get("hang", 0) >= 1

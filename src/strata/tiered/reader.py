@@ -90,6 +90,7 @@ from typing import Any, BinaryIO
 
 from strata.errors import (
     CorruptRecordError,
+    KafkaError,
     OffsetOutOfRangeError,
     TruncatedBatchError,
     UnsupportedForMessageFormatError,
@@ -109,6 +110,7 @@ from strata.tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteStorageManager,
+    RemoteStorageNotReadyError,
     TopicIdPartition,
     uuid_to_str,
 )
@@ -747,6 +749,12 @@ class RemoteLogReader:
         self._unusable_indexes: set[uuid.UUID] = set()  # failed the sanity check: scans start at 0
         self._reported_indexes: set[uuid.UUID] = set()  # an index that pointed wrong was reported once
         self.read_ahead: ReadAhead | None = None
+        # The last remote read's store error, cleared by the next read that succeeds. A remote fetch that
+        # expires while this is set answers KAFKA_STORAGE_ERROR instead of Kafka's empty records: the
+        # store is known to be failing, and the consumer should see it (and back off) rather than poll
+        # empty responses in silence. A store that is merely slow still gets Kafka's empty answer.
+        self.store_error: str | None = None
+        self._store_error_at = 0.0
         if prefetch_submit is not None and prefetch_total_bytes > 0 and prefetch_windows > 0:
             self.read_ahead = ReadAhead(rsm, rlmm, index_cache, total_bytes=prefetch_total_bytes,
                                         windows=prefetch_windows, window_bytes=prefetch_window_bytes,
@@ -786,6 +794,28 @@ class RemoteLogReader:
         """
         if max_bytes < 0:
             raise ValueError(f"invalid max bytes {max_bytes} for a remote read of {tp}")
+        started = time.monotonic()
+        try:
+            result = self._read(tp, leader_epochs, fetch_offset, max_bytes, min_one_message, read_committed)
+        except CorruptRecordError:
+            self._store_answered(started)  # its bytes are bad, which is another matter
+            raise
+        except (KafkaError, RemoteStorageNotReadyError):
+            raise  # about the offsets asked for, or the metadata still loading: says nothing of the store
+        except Exception as e:
+            self.store_error, self._store_error_at = f"{type(e).__name__}: {e}", time.monotonic()
+            raise
+        self._store_answered(started)
+        return result
+
+    def _store_answered(self, started: float) -> None:
+        """Only a read that began after the last failure proves the store works again: one that hung
+        since before it and finished late says nothing about now."""
+        if started >= self._store_error_at:
+            self.store_error = None
+
+    def _read(self, tp: TopicIdPartition, leader_epochs: LeaderEpochs, fetch_offset: int, max_bytes: int,
+              min_one_message: bool, read_committed: bool) -> RemoteFetchResult:
         epoch = epoch_for_offset(leader_epochs, fetch_offset)
         md = self.rlmm.remote_log_segment_metadata(tp, epoch, fetch_offset) if epoch is not None else None
         if md is None:

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import pytest
 from tests.unit.tiered.test_remote_reader import (
     TP,
     DictRLMM,
@@ -28,6 +29,7 @@ from tests.unit.tiered.test_remote_reader import (
 from strata.common.metrics import Registry, remote_storage_metrics
 from strata.config import LogConfig
 from strata.config.broker_config import BrokerConfig
+from strata.errors import OffsetOutOfRangeError
 from strata.log.partition_log import PartitionLog
 from strata.tiered.api import RemoteLogSegmentMetadata, RemoteStorageManager, RetriableRemoteStorageError
 from strata.tiered.index_cache import RemoteIndexCache
@@ -445,3 +447,24 @@ def test_config_keys_and_metric_names():
     assert f"{prefix}HitsPerSec_total 1" in text
     assert f"{prefix}MissesPerSec_total 2" in text
     assert f"{prefix}Bytes 5" in text
+
+
+def test_store_error_is_set_by_a_failed_read_and_cleared_only_by_a_read_started_after_it(open_log, tmp_path):
+    """What an expired remote fetch answers: KAFKA_STORAGE_ERROR while ``store_error`` is set."""
+    plog = log_of(open_log, [64 * KiB] * 40, segment_bytes=3 * MiB)
+    rsm = FailingRSM()
+    t, _ = make(plog, tmp_path, rsm, total=0)  # no read-ahead: every read goes to the store
+    reader = t.reader
+    assert reader.store_error is None
+    rsm.fail = 1
+    with pytest.raises(RetriableRemoteStorageError):
+        t.read(0, MiB)
+    assert reader.store_error is not None and "store hiccup" in reader.store_error
+    reader._store_answered(reader._store_error_at - 1.0)  # a read that began before the failure, done late
+    assert reader.store_error is not None
+    with pytest.raises(OffsetOutOfRangeError):  # about the offsets asked for: says nothing of the store
+        t.read(10**9, MiB)
+    assert reader.store_error is not None
+    assert t.read(0, MiB).records  # a read begun after the failure succeeds: the store works again
+    assert reader.store_error is None
+    t.cache.close()

@@ -140,6 +140,10 @@ async def _complete_remote_reads(ctx: RequestContext, state: _FetchState) -> Non
         if future in pending:
             future.cancel()
             rlm.stats.remote.DelayedRemoteFetchExpiresPerSec.mark()
+            # Kafka answers an expired remote read with empty records, no error. When the last remote
+            # read failed on the store, say so (retriable) instead of letting the consumer poll in silence.
+            if rlm.reader is not None and rlm.reader.store_error is not None:
+                out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
             continue
         try:
             result = future.result()
