@@ -541,3 +541,46 @@ def test_slow_clients_hold_no_memory_starve_nobody_and_stalled_ones_are_closed(t
         for s in clients:
             s.close()
         broker.stop()
+
+
+def test_running_out_of_file_descriptors_mid_create_topics_rolls_the_topic_back(tmp_path: Path) -> None:
+    """Each partition holds a few descriptors (the .log, two mapped indexes): a CreateTopics that runs out
+    of them part-way must not leave a half-made topic (served, and reloaded so after a restart). It gets
+    KAFKA_STORAGE_ERROR naming the cause, the topic does not exist, and once descriptors are available the
+    same name is created whole - also across a restart."""
+    import resource
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    broker = BrokerProcess(tmp_path / "fds").start()
+    try:
+        assert broker.proc is not None
+        pid = broker.proc.pid
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.list_topics(timeout=10).topics is not None  # the admin connection is open
+        in_use = len(os.listdir(f"/proc/{pid}/fd"))
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        limit = in_use + 60  # room for ~20 partitions, not 200 (the soft limit: no privilege needed)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+        future = admin.create_topics([NewTopic("wide", 200, 1)], operation_timeout=10)["wide"]
+        with pytest.raises(Exception) as info:
+            future.result(timeout=30)
+        error = info.value.args[0]
+        assert error.code() == STORAGE_ERROR and "Too many open files" in error.str(), error
+        assert "wide" not in admin.list_topics(timeout=10).topics
+
+        # descriptors back: the same name is created whole, and serves
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        admin.create_topics([NewTopic("wide", 200, 1)], operation_timeout=10)["wide"].result(timeout=30)
+        assert len(admin.list_topics(timeout=10).topics["wide"].partitions) == 200
+        with WireClient(broker.bootstrap) as c:
+            batch = BatchBuilder()
+            batch.append(b"last partition")
+            assert int(produce(c, "wide", 199, batch.build()).error_code) == 0
+        broker.stop()
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert len(admin.list_topics(timeout=10).topics["wide"].partitions) == 200
+        assert "Traceback" not in broker.tail()
+    finally:
+        broker.stop()

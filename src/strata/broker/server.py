@@ -115,7 +115,15 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = self.topics.create(name, partitions, configs)
-        self.replicas.open_topic(info)
+        try:
+            self.replicas.open_topic(info)
+        except (OSError, KafkaStorageError) as e:
+            # Out of file descriptors or disk part-way through: a topic with some partitions missing
+            # would be served half-made and reloaded so after a restart. Undo it and say why.
+            log.error("creating topic %s failed after its registry entry; rolling back: %s", name, e)
+            self.topics.delete(name)
+            self.replicas.close_topic(info)
+            raise KafkaStorageError(f"Cannot create the logs of topic '{name}': {e}") from e
         self._lead(info)
         log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
         return info
