@@ -45,6 +45,7 @@ from strata.tiered.storage.local import read_events
 from strata.tools.tiers import metrics_endpoint
 
 CORRUPT_MESSAGE = 2
+REPLICA_NOT_AVAILABLE = 9  # remote reads while the remote log metadata is loading (retriable)
 SEED = int(os.environ.get("STRATA_CORRUPTION_SEED", "0")) or random.randrange(1 << 30)
 SOAK_CYCLES = int(os.environ.get("STRATA_SOAK_CORRUPTIONS", "40"))
 PAD = "x" * 150  # records of ~200 bytes: most random positions fall in CRC-covered record bytes
@@ -102,12 +103,16 @@ def read_all(bootstrap: str, topic: str, partition: int, start: int = 0,
              timeout_s: float = 20.0) -> tuple[list[tuple[int, str]], int | None, int]:
     """Fetch from ``start`` to the high watermark: (records, error code that stopped it or None, HW).
 
-    Empty answers (a remote read past ``remote.fetch.max.wait.ms``) are retried until ``timeout_s``."""
+    Empty answers (a remote read past ``remote.fetch.max.wait.ms``) and REPLICA_NOT_AVAILABLE (the remote
+    metadata still loading after a restart) are retried until ``timeout_s``."""
     out: list[tuple[int, str]] = []
     offset = start
     deadline = time.monotonic() + timeout_s
     while True:
         error, records, hw = fetch(bootstrap, topic, partition, offset)
+        if error == REPLICA_NOT_AVAILABLE and time.monotonic() < deadline:
+            time.sleep(0.05)
+            continue
         if error:
             return out, error, hw
         if records:
