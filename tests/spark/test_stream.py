@@ -27,8 +27,11 @@ def run_available_now(spark: Any, broker: Any, out: Path, checkpoint: Path, **ex
 
 
 def test_available_now_twice_reads_exactly_the_new_records(spark: Any, broker: Any, tmp_path: Path) -> None:
+    # 128 KiB segments: a partition holds ~1 MiB (of which ~0.75 MiB uncompressed), so its active
+    # segment is always a small part of it and at least half of its records roll and tier. With 1 MiB
+    # segments a partition could end a few bytes short of rolling and never tier (a flaky wait).
     create_topic(broker.admin(), TOPIC, PARTITIONS, **{"remote.storage.enable": "true",
-                                                       "segment.bytes": str(1 << 20), "retention.ms": "-1",
+                                                       "segment.bytes": str(128 << 10), "retention.ms": "-1",
                                                        "local.retention.bytes": "1"})
     ds = produce(broker.bootstrap, TOPIC, PARTITIONS, 60_000)
     wait_tiered(broker.bootstrap, ds, min_fraction=0.5)
