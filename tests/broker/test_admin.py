@@ -175,9 +175,11 @@ def test_describe_configs_sources_and_synonyms(admin: AdminClient, admin_broker:
     assert (mmb.value, mmb.source, mmb.is_default, mmb.is_read_only) == (
         "2000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value, False, False)
     assert mmb.synonyms["message.max.bytes"].value == "1048588"
-    retention = configs["retention.ms"]  # log.retention.hours=48 in server.properties
-    assert (retention.value, retention.source) == (str(48 * HOUR_MS), ConfigSource.STATIC_BROKER_CONFIG.value)
-    assert "log.retention.hours" in retention.synonyms
+    # log.retention.hours=48 in server.properties gives the value, but Kafka looks up log.retention.ms
+    # only, so the source is DEFAULT_CONFIG with no synonyms (tests/broker/test_config_synonyms.py)
+    retention = configs["retention.ms"]
+    assert (retention.value, retention.source) == (str(48 * HOUR_MS), ConfigSource.DEFAULT_CONFIG.value)
+    assert retention.synonyms == {}
     seg = configs["segment.bytes"]
     assert (seg.value, seg.source) == ("1073741824", ConfigSource.DEFAULT_CONFIG.value)
     assert seg.synonyms["log.segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
@@ -226,7 +228,8 @@ def test_incremental_alter_configs(admin: AdminClient) -> None:
                                 ("cleanup.policy", "compact", AlterConfigOpType.APPEND))) is None
     configs = _describe(admin, "adm-incr")
     assert configs["segment.bytes"].value == "200000"
-    assert configs["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert (configs["retention.ms"].value, configs["retention.ms"].source) == (
+        str(48 * HOUR_MS), ConfigSource.DEFAULT_CONFIG.value)  # back to log.retention.hours, reported as Kafka does
     assert configs["cleanup.policy"].value == "delete,compact"
     assert _result(_incremental(admin, "adm-incr", ("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT))) is None
     assert _describe(admin, "adm-incr")["cleanup.policy"].value == "compact"
@@ -406,8 +409,9 @@ def test_describe_configs_v4_types_documentation_and_filters(admin_broker: Broke
         assert set(by_name) == {"cleanup.policy", "retention.ms"}
         assert by_name["cleanup.policy"].config_type == 7  # LIST
         assert by_name["retention.ms"].config_type == 5  # LONG
-        assert [(s.name, s.value, s.source) for s in by_name["retention.ms"].synonyms] == [
-            ("log.retention.hours", "48", 4), ("log.retention.hours", "168", 5)]
+        # only log.retention.hours=48 is set: Kafka reports DEFAULT_CONFIG and drops its synonyms
+        assert (by_name["retention.ms"].value, by_name["retention.ms"].config_source) == (str(48 * HOUR_MS), 5)
+        assert list(by_name["retention.ms"].synonyms) == []
         assert by_name["retention.ms"].documentation
         assert int(other_broker.error_code) == 42 and "Unexpected broker id" in other_broker.error_message
         assert int(logger.error_code) == 42 and other_broker.configs == ()

@@ -6,11 +6,18 @@ first), whether it can be changed at runtime (``read_only``) and its type. Tools
 ``kafka-configs.sh --describe --all``, Cruise Control and the admin clients use the source to tell
 a topic override from an inherited broker default, so it must follow Kafka's rules exactly:
 
-* a topic key's synonyms are its override (``TOPIC_CONFIG``, 1), then each of its ``log.*``
-  broker synonyms as set in ``server.properties`` (``STATIC_BROKER_CONFIG``, 4), then each that has
-  a built-in default (``DEFAULT_CONFIG``, 5); the entry's source is the first synonym's source
-  (Kafka's ``ConfigHelper.createTopicConfigEntry`` and ``configSynonyms``);
-* a broker key's synonyms are the same chain over its own synonym group (``log.retention.ms`` /
+* DescribeConfigs on a topic (Kafka's ``ConfigHelper.createTopicConfigEntry`` and
+  ``configSynonyms``): a key's synonyms are its override (``TOPIC_CONFIG``, 1), then the broker
+  synonym group of its *first* broker key (``retention.ms`` -> ``log.retention.ms`` /
+  ``.minutes`` / ``.hours``) as set in ``server.properties`` (``STATIC_BROKER_CONFIG``, 4), then
+  each that has a built-in default (``DEFAULT_CONFIG``, 5), with the leading broker entries that
+  are not that first key dropped; the entry's source is the first synonym's source. So
+  ``retention.ms`` is ``DEFAULT_CONFIG`` with no broker synonyms when only ``log.retention.hours``
+  is set, although its value is the one ``log.retention.hours`` gives (see ``describe_topic_configs``);
+* CreateTopics v5+ (Kafka's KRaft controller, ``KafkaConfigSchema.resolveEffectiveTopicConfig``):
+  the source is that of the first synonym in the *whole* group that is set, so the same
+  ``retention.ms`` is ``STATIC_BROKER_CONFIG`` there (``topic_configs``);
+* a broker key's synonyms are the chain over its own synonym group (``log.retention.ms`` /
   ``.minutes`` / ``.hours``) with everything ranked above the key itself dropped;
 * synonym values are the raw strings as configured (``log.retention.hours=168``), the entry's value
   is the effective parsed value of the key itself.
@@ -195,7 +202,7 @@ class ConfigViews:
         self.static: Mapping[str, str] = config.raw
 
     def _static_chain(self, names: Iterable[str]) -> list[Synonym]:
-        """Kafka's ``configSynonyms``: every static setting of the group, then every built-in default."""
+        """Every static setting of the group, then every built-in default (``configSynonyms`` before its drop)."""
         names = list(names)
         chain = [Synonym(n, self.static[n], ConfigSource.STATIC_BROKER_CONFIG) for n in names if n in self.static]
         for n in names:
@@ -204,8 +211,20 @@ class ConfigViews:
                 chain.append(Synonym(n, default, ConfigSource.DEFAULT_CONFIG))
         return chain
 
-    def topic_configs(self, overrides: Mapping[str, str], effective: LogConfig) -> list[ConfigView]:
-        """Every topic key, sorted by name, with the value ``effective`` gives it."""
+    def _config_synonyms(self, name: str) -> list[Synonym]:
+        """Kafka's ``ConfigHelper.configSynonyms(name, brokerSynonyms(name))``.
+
+        The chain over ``name``'s synonym group, with the leading entries for other names of the group
+        dropped (``allSynonyms.dropWhile(s => s.name != name)``): the keys that outrank ``name`` and,
+        when ``name`` itself is neither set nor has a default, the whole chain.
+        """
+        chain = self._static_chain(broker_synonyms(name))
+        while chain and chain[0].name != name:
+            chain.pop(0)
+        return chain
+
+    def _topic_views(self, overrides: Mapping[str, str], effective: LogConfig, *,
+                     describe: bool) -> list[ConfigView]:
         values = effective.to_props()
         out = []
         for name in sorted(LOG_CONFIG_DEF.keys):
@@ -216,11 +235,40 @@ class ConfigViews:
                 synonyms.append(Synonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
             broker_key = TOPIC_CONFIG_SYNONYMS.get(name)
             if broker_key is not None:
-                synonyms += self._static_chain(broker_synonyms(broker_key))
+                synonyms += (self._config_synonyms(broker_key) if describe
+                             else self._static_chain(broker_synonyms(broker_key)))
             source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
             out.append(ConfigView(name, value, source, False, _TYPES.get(key.type, ConfigType.UNKNOWN),
                                   tuple(synonyms), key.doc or None))
         return out
+
+    def describe_topic_configs(self, overrides: Mapping[str, str], effective: LogConfig) -> list[ConfigView]:
+        """Every topic key as DescribeConfigs reports it, sorted by name (Kafka's ``createTopicConfigEntry``).
+
+        Kafka looks up only the *first* broker key of a topic key (``ServerTopicConfigSynonyms
+        .TOPIC_CONFIG_SYNONYMS``: ``retention.ms`` -> ``log.retention.ms``, ``segment.ms`` ->
+        ``log.roll.ms``, ``segment.jitter.ms`` -> ``log.roll.jitter.ms``, ``flush.ms`` ->
+        ``log.flush.interval.ms``) and ``configSynonyms`` drops every leading entry of the group that
+        is not that key. So with ``log.retention.hours=1`` and no ``log.retention.ms`` Kafka answers
+        ``retention.ms`` = ``3600000`` (the value is still the effective one, from ``LogConfig``)
+        with source ``DEFAULT_CONFIG`` and no synonyms; only when ``log.retention.ms`` itself is set
+        does it answer ``STATIC_BROKER_CONFIG`` with ``log.retention.ms`` (then the rest of the chain,
+        ``log.retention.hours`` included). This is a Kafka quirk, kept on purpose: clients compare
+        against Kafka's output (librdkafka's DescribeConfigs tests, ``kafka-configs.sh --describe
+        --all``, tools that treat ``DEFAULT_CONFIG`` as "not set anywhere").
+        """
+        return self._topic_views(overrides, effective, describe=True)
+
+    def topic_configs(self, overrides: Mapping[str, str], effective: LogConfig) -> list[ConfigView]:
+        """Every topic key as CreateTopics v5+ reports it, sorted by name, with the value ``effective`` gives it.
+
+        Kafka's KRaft controller builds these (``KafkaConfigSchema.resolveEffectiveTopicConfig``) from
+        every synonym of the group, not only the first: ``retention.ms`` with only
+        ``log.retention.hours`` set is ``STATIC_BROKER_CONFIG`` here, unlike in DescribeConfigs
+        (``describe_topic_configs``). CreateTopics carries no synonyms; the chain kept here is the
+        whole group's (static settings, then defaults), whose head gives the source.
+        """
+        return self._topic_views(overrides, effective, describe=False)
 
     def broker_configs(self) -> list[ConfigView]:
         """Every key of this broker (the ``resource_name`` = node id view), sorted by name."""
@@ -228,9 +276,7 @@ class ConfigViews:
         parsed = BROKER_CONFIG_DEF.parse(known, allow_unknown=True)
         out = []
         for name, key in BROKER_CONFIG_DEF.keys.items():
-            chain = self._static_chain(broker_synonyms(name))
-            while chain and chain[0].name != name:  # drop what outranks the key itself
-                chain.pop(0)
+            chain = self._config_synonyms(name)  # drops what outranks the key itself
             source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
             out.append(ConfigView(name, format_value(parsed[name]), source, True,
                                   _TYPES.get(key.type, ConfigType.UNKNOWN), tuple(chain), key.doc or None))
@@ -428,7 +474,7 @@ def describe_resource(broker: Broker, views: ConfigViews, resource_type: int, re
         info = broker.topics.get(resource_name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{resource_name}' does not exist.")
-        return select(views.topic_configs(info.configs, broker.topics.config(resource_name)), keys)
+        return select(views.describe_topic_configs(info.configs, broker.topics.config(resource_name)), keys)
     if resource_type == ResourceType.BROKER:
         check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
         if resource_name == "":

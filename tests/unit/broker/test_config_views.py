@@ -39,14 +39,18 @@ def _by_name(views: list[Any]) -> dict[str, Any]:
 
 def test_topic_key_without_override_or_static_setting_is_a_default_with_its_broker_synonym() -> None:
     config = BrokerConfig.from_props({})
-    got = _by_name(ConfigViews(config).topic_configs({}, config.log_config))
+    got = _by_name(ConfigViews(config).describe_topic_configs({}, config.log_config))
     seg = got["segment.bytes"]
     assert (seg.value, seg.source, seg.read_only, seg.is_sensitive) == ("1073741824", D, False, False)
     assert seg.synonyms == (Synonym("log.segment.bytes", "1073741824", D),)
     assert seg.config_type is ConfigType.INT
-    # retention.ms: log.retention.ms and .minutes have no default, .hours has 168 (Kafka shows exactly this)
+    # retention.ms: Kafka looks up log.retention.ms only (no default) and drops the group's leading
+    # log.retention.hours=168 default, so there are no synonyms at all; the value is still the effective one
     assert got["retention.ms"].value == str(7 * 24 * 3600 * 1000)
-    assert got["retention.ms"].synonyms == (Synonym("log.retention.hours", "168", D),)
+    assert (got["retention.ms"].source, got["retention.ms"].synonyms) == (D, ())
+    for name, value in (("segment.ms", str(7 * 24 * 3600 * 1000)), ("segment.jitter.ms", "0"),
+                        ("flush.ms", str(2**63 - 1))):
+        assert (got[name].value, got[name].source, got[name].synonyms) == (value, D, ())
     assert got["max.message.bytes"].synonyms == (Synonym("message.max.bytes", "1048588", D),)
     assert got["cleanup.policy"].config_type is ConfigType.LIST
     assert got["cleanup.policy"].value == "delete"
@@ -56,19 +60,44 @@ def test_topic_key_without_override_or_static_setting_is_a_default_with_its_brok
 
 
 def test_static_broker_setting_outranks_defaults_and_a_topic_override_outranks_both() -> None:
-    config = BrokerConfig.from_props({"log.retention.minutes": "30", "log.segment.bytes": "2000000"})
+    config = BrokerConfig.from_props({"log.retention.ms": "90000", "log.retention.minutes": "30",
+                                      "log.segment.bytes": "2000000"})
     views = ConfigViews(config)
     overrides = {"segment.bytes": "500000"}
-    got = _by_name(views.topic_configs(overrides, config.log_config.with_overrides(overrides)))
-    assert got["retention.ms"].value == str(30 * 60_000)
+    got = _by_name(views.describe_topic_configs(overrides, config.log_config.with_overrides(overrides)))
+    assert got["retention.ms"].value == "90000"
     assert got["retention.ms"].source is S
-    assert got["retention.ms"].synonyms == (Synonym("log.retention.minutes", "30", S),
+    # log.retention.ms heads the chain, so nothing is dropped: the rest of the group follows it
+    assert got["retention.ms"].synonyms == (Synonym("log.retention.ms", "90000", S),
+                                            Synonym("log.retention.minutes", "30", S),
                                             Synonym("log.retention.hours", "168", D))
     assert got["segment.bytes"].source is T
     assert got["segment.bytes"].value == "500000"
     assert got["segment.bytes"].synonyms == (Synonym("segment.bytes", "500000", T),
                                              Synonym("log.segment.bytes", "2000000", S),
                                              Synonym("log.segment.bytes", "1073741824", D))
+
+
+def test_describe_drops_the_group_when_only_a_lower_synonym_is_set_but_create_topics_does_not() -> None:
+    config = BrokerConfig.from_props({"log.retention.minutes": "30", "log.roll.hours": "2",
+                                      "log.flush.scheduler.interval.ms": "100"})
+    views = ConfigViews(config)
+    overrides = {"retention.ms": "1000"}
+    effective = config.log_config.with_overrides(overrides)
+    got = _by_name(views.describe_topic_configs(overrides, effective))
+    # Kafka's ConfigHelper: the effective value, but DEFAULT_CONFIG and no log.roll.hours synonym
+    assert (got["segment.ms"].value, got["segment.ms"].source, got["segment.ms"].synonyms) == ("7200000", D, ())
+    assert (got["flush.ms"].value, got["flush.ms"].source, got["flush.ms"].synonyms) == ("100", D, ())
+    # an override keeps only itself: the broker chain is dropped whole
+    assert got["retention.ms"].synonyms == (Synonym("retention.ms", "1000", T),)
+    assert got["retention.ms"].source is T
+    # Kafka's KRaft controller answers CreateTopics from every synonym of the group
+    created = _by_name(views.topic_configs(overrides, effective))
+    assert (created["segment.ms"].value, created["segment.ms"].source) == ("7200000", S)
+    assert (created["flush.ms"].value, created["flush.ms"].source) == ("100", S)
+    assert created["retention.ms"].source is T
+    plain = _by_name(views.topic_configs({}, config.log_config))
+    assert (plain["retention.ms"].value, plain["retention.ms"].source) == (str(30 * 60_000), S)
 
 
 def test_broker_view_drops_synonyms_that_outrank_the_key_itself() -> None:
@@ -214,7 +243,9 @@ def test_describe_resource(tmp_path: Path) -> None:
     views = ConfigViews(broker.config)
     got = _by_name(describe_resource(broker, views, ResourceType.TOPIC, "t", None))
     assert (got["max.message.bytes"].value, got["max.message.bytes"].source) == ("2000", T)
-    assert (got["retention.ms"].value, got["retention.ms"].source) == ("7200000", S)
+    # log.retention.hours=2 gives the value; Kafka still reports DEFAULT_CONFIG (no log.retention.ms)
+    assert (got["retention.ms"].value, got["retention.ms"].source) == ("7200000", D)
+    assert got["retention.ms"].synonyms == ()
     assert describe_resource(broker, views, ResourceType.BROKER, "", None) == []
     got = _by_name(describe_resource(broker, views, ResourceType.BROKER, "1", ["log.retention.hours"]))
     assert list(got) == ["log.retention.hours"] and got["log.retention.hours"].value == "2"
