@@ -8,6 +8,7 @@ field instead of failing a whole request (the pattern aiokafka and tansu use).
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class ErrorCode(IntEnum):
@@ -102,6 +103,42 @@ class TruncatedBatchError(CorruptRecordError):
 
 class InvalidRecordError(KafkaError):
     error_code = ErrorCode.INVALID_RECORD
+
+
+class RecordError(NamedTuple):
+    """One rejected record: its index within its batch and why (Kafka's ``ProduceResponse.RecordError``)."""
+
+    batch_index: int
+    message: str | None = None
+
+    def __str__(self) -> str:  # Kafka's RecordError.toString, which its exception messages embed
+        return f"RecordError(batchIndex={self.batch_index}, message=" + \
+            ("null" if self.message is None else f"'{self.message}'") + ")"
+
+
+class RecordValidationError(InvalidRecordError):
+    """Some records of a batch were rejected, so none of the batch is appended (Kafka's
+    ``RecordValidationException``). ``record_errors`` name the records by their index in the batch;
+    a Produce answers them in ``record_errors`` and librdkafka fails exactly those records with this
+    error code, and the others of the batch with ``_INVALID_DIFFERENT_RECORD``.
+
+    The code is INVALID_RECORD, or INVALID_TIMESTAMP when a timestamp is among the causes; the
+    message is Kafka's ``processRecordErrors`` wording, which Kafka sends as the partition's
+    ``error_message``.
+    """
+
+    def __init__(self, record_errors: list[RecordError], code: ErrorCode = ErrorCode.INVALID_RECORD) -> None:
+        if not record_errors:
+            raise ValueError("a RecordValidationError needs at least one record error")
+        if code == ErrorCode.INVALID_TIMESTAMP:
+            message = "One or more records have been rejected due to invalid timestamp"
+        else:
+            shown = ", ".join(str(e) for e in record_errors[:3])
+            message = (f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+                       f"and only showing the first three errors at most: [{shown}]")
+        super().__init__(message)
+        self.error_code = code
+        self.record_errors = list(record_errors)
 
 
 class UnsupportedForMessageFormatError(KafkaError):

@@ -12,17 +12,33 @@ from typing import Any
 
 from strata.broker.dispatch import CloseConnection, RequestContext, handles
 from strata.common import TopicPartition
-from strata.errors import ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError
+from strata.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    KafkaError,
+    KafkaStorageError,
+    RecordError,
+    RecordValidationError,
+)
 
 log = logging.getLogger(__name__)
 
 PRODUCE = 0
 
 
-def _partition_error(index: int, code: int, message: str | None, batch_error: bool = False) -> dict[str, Any]:
+def _partition_error(index: int, code: int, message: str | None, batch_error: bool = False,
+                     record_errors: list[RecordError] | None = None) -> dict[str, Any]:
+    """``record_errors``: the rejected records by index in their batch (v8+ answers them; librdkafka
+    fails those records with ``code`` and the rest of the batch with ``_INVALID_DIFFERENT_RECORD``).
+    Without them, ``batch_error`` reports the batch as one record error at index 0."""
+    if record_errors:
+        errors = [{"batch_index": e.batch_index, "batch_index_error_message": e.message} for e in record_errors]
+    elif batch_error:
+        errors = [{"batch_index": 0, "batch_index_error_message": message}]
+    else:
+        errors = []
     return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1,
-            "record_errors": [{"batch_index": 0, "batch_index_error_message": message}] if batch_error else [],
-            "error_message": message}
+            "record_errors": errors, "error_message": message}
 
 
 @handles(PRODUCE)
@@ -63,7 +79,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                     log.exception("append to %s-%d failed", info.name, index)
                 parts.append(_partition_error(index, e.error_code, str(e),
                                               batch_error=e.error_code in (ErrorCode.INVALID_RECORD,
-                                                                           ErrorCode.INVALID_TIMESTAMP)))
+                                                                           ErrorCode.INVALID_TIMESTAMP),
+                                              record_errors=e.record_errors
+                                              if isinstance(e, RecordValidationError) else None))
                 continue
             topic_stats.BytesInPerSec.mark(info.name, len(records))
             topic_stats.MessagesInPerSec.mark(info.name, result.num_messages)
