@@ -34,8 +34,8 @@ from strata.log.files import (
 from strata.log.leader_epoch import LeaderEpochFileCache
 from strata.log.local_log import LocalLog
 from strata.log.partition_log import PartitionLog
-from strata.log.producer_state import AppendOrigin, ProducerStateManager
-from strata.log.producers import apply_producer_updates, validate_producers
+from strata.log.producer_state import ProducerStateManager
+from strata.log.producers import rebuild_producer_state
 from strata.log.segment import LogSegment
 from strata.log.segments import LogSegments
 from strata.protocol.records import BatchHeader
@@ -84,7 +84,7 @@ def load_partition_log(
     epochs.truncate_from_end(next_offset)
     epochs.truncate_from_start(effective_start)
     local_log = LocalLog(directory, config, segments, recovery_point, next_offset, clock, scheduler)
-    _rebuild_producer_state(local_log, producer_state, effective_start, recovered)
+    rebuild_producer_state(local_log, producer_state, effective_start, recovered)
     return PartitionLog(topic_partition, local_log, effective_start, producer_state, epochs, clock, scheduler,
                         high_watermark=high_watermark, remote_log_enabled=remote_log_enabled)
 
@@ -212,31 +212,3 @@ def _recover_unflushed(segments: LogSegments, recovery_point: int, epochs: Leade
                 later.delete_if_exists()
             break
     return recovered
-
-
-def _rebuild_producer_state(local_log: LocalLog, state: ProducerStateManager, log_start_offset: int,
-                            recovered: set[int]) -> None:
-    """Newest snapshot at or below the log end, then replay the batches after it."""
-    end = local_log.log_end_offset
-    state.truncate_and_reload(log_start_offset, end)
-    start = max(state.map_end_offset, log_start_offset)
-    if start >= end:
-        state.update_map_end_offset(end)
-        return
-    for segment in local_log.segments.values_from(start):
-        if segment.base_offset > start:
-            # Recovery deleted the snapshots of the segments it replays (or a kill -9 came before the
-            # roll wrote one): write them again at each segment base, as Kafka's rebuildProducerState
-            # does, or the copy of the segment before would upload an empty producer snapshot.
-            state.update_map_end_offset(segment.base_offset)
-            state.take_snapshot()
-        position = segment.offset_index.lookup(start).position if start > segment.base_offset else 0
-        txn_target = segment if segment.base_offset in recovered else None
-        for pos, header, batch in segment.log.iter_batches(position, verify_crc=False):
-            if header.last_offset < start:
-                continue
-            updates = validate_producers(state, batch, [(0, header)], AppendOrigin.REPLICATION)
-            apply_producer_updates(state, updates, txn_target)
-            state.update_map_end_offset(header.next_offset)
-            del pos
-    state.update_map_end_offset(end)

@@ -23,7 +23,7 @@ from strata.log.file_records import FetchDataInfo, LogOffsetMetadata
 from strata.log.leader_epoch import LeaderEpochFileCache
 from strata.log.local_log import LocalLog
 from strata.log.producer_state import AppendOrigin, ProducerStateManager
-from strata.log.producers import apply_producer_updates, validate_producers
+from strata.log.producers import apply_producer_updates, rebuild_producer_state, validate_producers
 from strata.log.segment import LogSegment, RollParams, TimestampAndOffset
 from strata.log.txn_index import AbortedTxn
 from strata.log.validator import (
@@ -143,7 +143,7 @@ class PartitionLog:
             info = fast_plain_append(records, self.log_end_offset, leader_epoch, self.config, now)
             if info is not None:
                 return self._append(records, info, origin, now, plain=True)
-        batches = analyze_and_validate(records, self.config, origin, now)
+        batches = analyze_and_validate(records, self.config, origin, now, self.topic_partition)
         info = assign_offsets(records, batches, self.log_end_offset, leader_epoch, self.config, now)
         return self._append(records, info, origin, now)
 
@@ -341,6 +341,47 @@ class PartitionLog:
         self._increment_log_start_offset(offset)
         self._delete_segments(retention.log_start_breached(self._retention_view()), "log start offset breach")
         return self.log_start_offset
+
+    # -- replication: follower truncation and log start (Kafka ``UnifiedLog.truncateTo`` ...) -----
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every record at or above ``offset`` (a follower diverged from its leader, KIP-101).
+
+        The leader-epoch cache loses its entries at or above ``offset`` and the producer state is
+        rebuilt from the newest snapshot below it, so a producer's sequence continues from the
+        records that are kept. Returns whether anything was dropped.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.topic_partition} to a negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.local_log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        log.info("truncating %s to %d (log end %d)", self.topic_partition, offset, self.log_end_offset)
+        self.local_log.truncate_to(offset)
+        self.leader_epoch_cache.truncate_from_end(offset)
+        rebuild_producer_state(self.local_log, self.producer_state, self.log_start_offset)
+        if self.high_watermark > offset:
+            self.update_high_watermark(offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the local log and restart it at ``offset`` (a follower far behind its leader's log
+        start, or a replica built from the remote tier)."""
+        log.info("truncating %s fully, restarting at %d", self.topic_partition, offset)
+        self.local_log.truncate_full_and_start_at(offset)
+        self.leader_epoch_cache.clear_and_flush()
+        self.producer_state.truncate_full_and_start_at(offset)
+        self.log_start_offset = offset
+        self.local_log_start_offset = offset
+        self._high_watermark = LogOffsetMetadata(offset)
+
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        """A follower learns its leader's log start (DeleteRecords, retention) through Fetch."""
+        if offset > self.log_start_offset:
+            self._increment_log_start_offset(min(offset, self.high_watermark))
+            self._delete_segments(retention.log_start_breached(self._retention_view()), "log start offset breach")
 
     # -- tiering hooks (called by the RemoteLogManager, on the event loop) -----------------------
 

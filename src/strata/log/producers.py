@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from strata.log.local_log import LocalLog
 from strata.log.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -60,3 +61,32 @@ def apply_producer_updates(state: ProducerStateManager, updates: ProducerUpdates
         if txn.is_aborted and segment is not None:
             segment.update_txn_index(txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset)
         state.complete_txn(txn)
+
+
+def rebuild_producer_state(local_log: LocalLog, state: ProducerStateManager, log_start_offset: int,
+                           recovered: frozenset[int] | set[int] = frozenset()) -> None:
+    """Newest snapshot at or below the log end, then replay the batches after it (recovery, and
+    a follower's truncation). ``recovered``: segments whose aborted transactions are re-indexed."""
+    end = local_log.log_end_offset
+    state.truncate_and_reload(log_start_offset, end)
+    start = max(state.map_end_offset, log_start_offset)
+    if start >= end:
+        state.update_map_end_offset(end)
+        return
+    for segment in local_log.segments.values_from(start):
+        if segment.base_offset > start:
+            # Recovery deleted the snapshots of the segments it replays (or a kill -9 came before the
+            # roll wrote one): write them again at each segment base, as Kafka's rebuildProducerState
+            # does, or the copy of the segment before would upload an empty producer snapshot.
+            state.update_map_end_offset(segment.base_offset)
+            state.take_snapshot()
+        position = segment.offset_index.lookup(start).position if start > segment.base_offset else 0
+        txn_target = segment if segment.base_offset in recovered else None
+        for pos, header, batch in segment.log.iter_batches(position, verify_crc=False):
+            if header.last_offset < start:
+                continue
+            updates = validate_producers(state, batch, [(0, header)], AppendOrigin.REPLICATION)
+            apply_producer_updates(state, updates, txn_target)
+            state.update_map_end_offset(header.next_offset)
+            del pos
+    state.update_map_end_offset(end)
