@@ -7,7 +7,9 @@ stops reading its responses holds at most one response (the next request is read
 last answer went out) until ``connections.max.idle.ms`` passes without progress. Handler errors
 that escape (bugs) are logged and answered with the API's UNKNOWN_SERVER_ERROR response (or,
 for an API whose response has no top-level error code, by closing the connection), never
-allowed to kill the broker; framing violations close this connection only.
+allowed to kill the broker; framing violations, and requests for an API or version the broker
+does not serve (ApiVersions aside, answered with UNSUPPORTED_VERSION as in Kafka), close this
+connection only.
 
 Fetch responses go out as ``send`` for the encoded parts and ``sendfile`` for the record bytes
 (``MSG_MORE`` on the bytes before a file slice, so they share its first segment).
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from strata.broker.dispatch import CloseConnection, RequestContext, Spliced, handlers, supported_versions
 from strata.protocol.build import make, zero_values
 from strata.protocol.connection import NEED_DATA, ProtocolViolation, ServerConnection
-from strata.protocol.frame import Request, encode_response, response_class, unsupported_version_response
+from strata.protocol.frame import Request, api_versions_unsupported_response, encode_response, response_class
 
 if TYPE_CHECKING:
     from strata.broker.server import Broker
@@ -273,11 +275,10 @@ class ClientConnection:
     async def _serve(self, request: Request) -> bool:
         """Answer one request; False means close the connection."""
         cid = request.header.correlation_id
-        if request.body is None:
-            log.info("unsupported %s v%d from %s (%s)", request.api_key, request.api_version, self.peer,
-                     request.header.client_id)
-            await self._send([unsupported_version_response(request.api_key, request.api_version, cid,
-                                                           self._supported)])
+        if request.body is None:  # ApiVersions at a version it does not speak (any other API: closed by decoding)
+            log.debug("ApiVersions v%d from %s is not supported: answering v0 with UNSUPPORTED_VERSION",
+                      request.api_version, self.peer)
+            await self._send([api_versions_unsupported_response(cid, self._supported)])
             return True
         spec = self._handlers[request.api_key]
         ctx = RequestContext(self.broker, request, self.peer)

@@ -5,11 +5,13 @@ knows the framing rules and two special cases Kafka has:
 
 * ApiVersions responses always use response header v0 (a client that does not yet know the
   broker's versions must be able to read the answer), which kio encodes for us;
-* a request for a version the broker does not know is still answered, and the connection kept:
-  ApiVersions with a v0 response carrying ``UNSUPPORTED_VERSION`` and the supported list (what
-  clients use to pick a version); other APIs with their own response at that version carrying
-  ``UNSUPPORTED_VERSION`` when kio knows the version and the response has a top-level error
-  code, else with the response header and the bare error code.
+* a request for an API or version the broker does not serve ends the connection, as in Kafka
+  (``SocketServer.parseRequestHeader`` throws "... which is not enabled" and the processor closes
+  the channel): clients only send versions from the broker's ApiVersions answer, and an answer
+  at a version the broker does not speak could not be encoded for them anyway. ApiVersions is
+  the exception (a client sends its newest version before it knows the broker's): it is always
+  answered, at an unknown version with a v0 response carrying ``UNSUPPORTED_VERSION`` and the
+  supported list, which clients use to pick a version and ask again.
 
 Fetch responses can carry record bytes that live in segment files: :func:`encode_response` takes
 ``splices``, placeholders put into ``records`` fields that are replaced by the real objects (file
@@ -49,6 +51,10 @@ class MalformedRequestError(CorruptRecordError):
     """A frame whose header or body does not parse: the connection is closed, as Kafka does."""
 
 
+class UnsupportedVersionError(MalformedRequestError):
+    """A request for an API or version the broker does not serve (ApiVersions aside): closed, as Kafka does."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestHeaderInfo:
     api_key: int
@@ -59,7 +65,7 @@ class RequestHeaderInfo:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A decoded request; ``body`` is ``None`` when the API or version is unknown to the broker."""
+    """A decoded request; ``body`` is ``None`` only for ApiVersions at a version the broker does not speak."""
 
     header: RequestHeaderInfo
     body: Any
@@ -109,11 +115,28 @@ def peek_header(frame: bytes | memoryview) -> RequestHeaderInfo:
     return RequestHeaderInfo(key, version, correlation, None)
 
 
+def _peek_client_id(frame: bytes | memoryview) -> str | None:
+    """Best effort, for log lines: the client id of a header that is not otherwise parsed.
+
+    Every request header but ControlledShutdown v0's has it right after the correlation id, as an
+    int16-length string, whatever the version (flexible headers only add tagged fields after it).
+    """
+    at = _KEY_VERSION_CORRELATION.size
+    if len(frame) < at + 2:
+        return None
+    (n,) = struct.unpack_from(">h", frame, at)
+    if n < 0 or len(frame) < at + 2 + n:
+        return None
+    return bytes(frame[at + 2 : at + 2 + n]).decode("utf-8", "replace")
+
+
 def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = None) -> Request:
     """Parse one frame (the bytes after the size prefix).
 
-    A version outside ``supported`` (default: all kio knows) gives a ``Request`` with no body, to
-    be answered with UNSUPPORTED_VERSION; a body that does not parse raises MalformedRequestError.
+    An API key or version outside ``supported`` (default: all kio knows) raises
+    UnsupportedVersionError, except for ApiVersions: that gives a ``Request`` with no body, to be
+    answered with :func:`api_versions_unsupported_response`. A header or body that does not parse
+    raises MalformedRequestError.
     """
     info = peek_header(frame)
     ranges = supported if supported is not None else known_versions()
@@ -121,7 +144,14 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
     cls = request_class(info.api_key, info.api_version) if lo_hi and lo_hi[0] <= info.api_version <= lo_hi[1] \
         else None
     if cls is None:
-        return Request(info, None, len(frame))
+        if info.api_key == API_VERSIONS_KEY:
+            return Request(info, None, len(frame))
+        client = f" (client id {_peek_client_id(frame)!r})"
+        if info.api_key not in api_key_map:
+            raise UnsupportedVersionError(f"Unknown API key {info.api_key}{client}")
+        served = f"versions {lo_hi[0]}-{lo_hi[1]} are" if lo_hi else "the API is not"
+        raise UnsupportedVersionError(f"Received request api key {info.api_key} with version {info.api_version} "
+                                      f"which is not enabled ({served} served){client}")
     try:
         header, pos = entity_reader(cls.__header_schema__)(frame, 0)  # returns (value, bytes consumed)
         body, used = entity_reader(cls)(frame, pos)
@@ -256,20 +286,15 @@ def zero_response(cls: type, **values: Any) -> Any:
     return make(cls, **{**zero_values(cls), **values})
 
 
-def unsupported_version_response(api_key: int, api_version: int, correlation_id: int,
-                                 supported: dict[int, tuple[int, int]]) -> bytes:
-    """Kafka's answer to a version it does not speak (35 UNSUPPORTED_VERSION)."""
-    if api_key == API_VERSIONS_KEY:
-        cls = response_class(API_VERSIONS_KEY, 0)
-        assert cls is not None
-        body = zero_response(cls, error_code=35, api_keys=[
-            {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(supported.items())
-        ])
-        return b"".join(encode_response(body, correlation_id))
-    cls = response_class(api_key, api_version)
-    if cls is not None and "error_code" in zero_values(cls):
-        return b"".join(encode_response(zero_response(cls, error_code=35), correlation_id))
-    # No schema for this version, or a response with only per-topic errors (Metadata: an empty
-    # answer would read as "no topics"): the correlation id and the error code are all we can say.
-    return _SIZE.pack(6) + struct.pack(">ih", correlation_id, 35)
+def api_versions_unsupported_response(correlation_id: int, supported: dict[int, tuple[int, int]]) -> bytes:
+    """Kafka's answer to ApiVersions at a version it does not speak: v0, UNSUPPORTED_VERSION (35).
 
+    Kafka lists only ApiVersions' own range (what the client needs to ask again); Strata lists
+    every supported API, a superset clients read the same way.
+    """
+    cls = response_class(API_VERSIONS_KEY, 0)
+    assert cls is not None
+    body = zero_response(cls, error_code=35, api_keys=[
+        {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(supported.items())
+    ])
+    return b"".join(encode_response(body, correlation_id))

@@ -20,12 +20,13 @@ from strata.protocol.build import make, zero_values
 from strata.protocol.frame import (
     MalformedRequestError,
     Splice,
+    UnsupportedVersionError,
+    api_versions_unsupported_response,
     decode_request,
     encode_response,
     known_versions,
     peek_header,
     response_class,
-    unsupported_version_response,
 )
 from strata.protocol.records import BatchBuilder
 
@@ -72,16 +73,28 @@ def test_null_client_id_is_kept() -> None:
     assert decode_request(request_frame(3, 1, client_id=None)).header.client_id is None
 
 
-def test_versions_outside_the_supported_range_give_a_request_without_body() -> None:
-    frame = request_frame(3, 12)
-    assert decode_request(frame, {3: (0, 11)}).body is None
-    assert decode_request(frame, {18: (0, 4)}).body is None  # API not served at all
+def test_versions_outside_the_supported_range_are_refused_as_kafka_does() -> None:
+    """Kafka's ``parseRequestHeader``: "... which is not enabled" / "Unknown API key", and the connection closes."""
+    frame = request_frame(3, 12, client_id="cid")
+    with pytest.raises(UnsupportedVersionError, match=r"api key 3 with version 12 which is not enabled "
+                                                      r"\(versions 0-11 are served\) \(client id 'cid'\)"):
+        decode_request(frame, {3: (0, 11)})
+    with pytest.raises(UnsupportedVersionError, match="version 12 which is not enabled .the API is not served"):
+        decode_request(frame, {18: (0, 4)})
     assert decode_request(frame, {3: (12, 12)}).body is not None
-    # Unknown to kio as well: the body is never parsed, whatever it holds.
-    unknown = struct.pack(">hhi", 3, 999, 5) + b"\xff" * 50
-    req = decode_request(unknown)
-    assert (req.body, req.api_version, req.header.correlation_id) == (None, 999, 5)
-    assert decode_request(struct.pack(">hhi", -7, 0, 6)).body is None
+    # Unknown to kio as well: refused without parsing the body, whatever it holds.
+    with pytest.raises(UnsupportedVersionError, match="version 999 which is not enabled"):
+        decode_request(struct.pack(">hhi", 3, 999, 5) + b"\xff" * 50)
+    with pytest.raises(UnsupportedVersionError, match=r"Unknown API key -7 \(client id None\)"):
+        decode_request(struct.pack(">hhi", -7, 0, 6))
+    assert issubclass(UnsupportedVersionError, MalformedRequestError)  # what ServerConnection closes on
+
+
+def test_api_versions_at_any_version_is_a_request_without_body() -> None:
+    """The one exception: clients send their newest ApiVersions before they know the broker's."""
+    for frame in (struct.pack(">hhih", 18, 99, 5, 0) + b"\xff" * 9, request_frame(18, 3)):
+        req = decode_request(frame, {18: (0, 2)})
+        assert req.body is None and req.api_key == 18
 
 
 def test_trailing_bytes_after_a_body_are_ignored_as_kafka_does() -> None:
@@ -197,23 +210,11 @@ SUPPORTED = {0: (3, 9), 1: (4, 12), 3: (0, 12), 18: (0, 4)}
 
 
 def test_api_versions_unknown_version_gets_v0_with_error_35_and_the_supported_list() -> None:
-    data = unsupported_version_response(18, 99, 31, SUPPORTED)
+    data = api_versions_unsupported_response(31, SUPPORTED)
     correlation, body = decode_frame(18, 0, data)
     assert correlation == 31 and int(body.error_code) == 35
     assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [
         (0, 3, 9), (1, 4, 12), (3, 0, 12), (18, 0, 4)]
-
-
-def test_known_schema_gets_its_own_response_with_error_35() -> None:
-    data = unsupported_version_response(1, 13, 8, SUPPORTED)  # kio has Fetch v13, the broker "does not"
-    correlation, body = decode_frame(1, 13, data)
-    assert correlation == 8 and int(body.error_code) == 35 and body.responses == ()
-
-
-def test_no_schema_or_no_top_level_error_field_gets_header_and_error_code() -> None:
-    for key, version in ((1, 3), (4242, 0), (3, 12)):  # Metadata has no top-level error code
-        data = unsupported_version_response(key, version, 9, SUPPORTED)
-        assert data == SIZE.pack(6) + struct.pack(">ih", 9, 35)
 
 
 def test_every_response_class_has_a_zero_value_that_encodes() -> None:

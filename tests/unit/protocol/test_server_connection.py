@@ -2,8 +2,9 @@
 
 TCP delivers bytes in arbitrary chunks, so every split of a stream of frames must give the same
 requests; a size prefix outside ``[0, socket.request.max.bytes]`` or a frame that does not parse
-ends the connection (sticky: nothing after it is ever decoded), while an unknown version is a
-request to answer, not a violation.
+ends the connection (sticky: nothing after it is ever decoded), and so does a request for an API
+or version the broker does not serve, except ApiVersions: at an unknown version it is a request
+to answer, not a violation.
 """
 
 from __future__ import annotations
@@ -116,15 +117,27 @@ def test_empty_and_short_frames_are_violations() -> None:
         assert isinstance(event, ProtocolViolation) and "shorter than a request header" in event.reason
 
 
-def test_unknown_versions_are_requests_to_answer_not_violations() -> None:
+def test_unknown_api_versions_version_is_a_request_to_answer_not_a_violation() -> None:
     conn = ServerConnection(1 << 20, {18: (0, 4), 3: (0, 12)})
     future = framed(struct.pack(">hhih", 18, 9, 77, 0) + b"\xde\xad")  # ApiVersions v9: body unparsed
-    unserved = framed(request_frame(1, 12, correlation=78))  # Fetch: not in the supported table
-    conn.receive_data(future + unserved + FRAMES[1])
-    a, b, c = drain(conn)
+    conn.receive_data(future + FRAMES[1])
+    a, b = drain(conn)
     assert isinstance(a, Request) and a.body is None and (a.api_key, a.api_version) == (18, 9)
-    assert isinstance(b, Request) and b.body is None and b.header.correlation_id == 78
-    assert isinstance(c, Request) and c.body is not None
+    assert isinstance(b, Request) and b.body is not None
+
+
+def test_unserved_apis_and_versions_are_violations_as_in_kafka() -> None:
+    for payload, reason in (
+        (request_frame(1, 12, correlation=78), "api key 1 with version 12 which is not enabled (the API is not"),
+        (request_frame(3, 9, correlation=79), "api key 3 with version 9 which is not enabled (versions 10-12 are"),
+        (struct.pack(">hhih", 3, 999, 80, 3) + b"raw", "api key 3 with version 999 which is not enabled"),
+        (struct.pack(">hhih", 4242, 0, 81, 3) + b"raw", "Unknown API key 4242 (client id 'raw')"),
+    ):
+        conn = ServerConnection(1 << 20, {18: (0, 4), 3: (10, 12)})
+        conn.receive_data(framed(payload) + FRAMES[1])
+        (event,) = drain(conn)
+        assert isinstance(event, ProtocolViolation) and reason in event.reason, event
+        assert conn.next_event() is event and conn.buffered == 0  # sticky: the Metadata after it is never read
 
 
 def test_a_frame_larger_than_one_read_is_assembled() -> None:

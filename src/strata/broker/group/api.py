@@ -12,11 +12,6 @@ if TYPE_CHECKING:
     from strata.broker.dispatch import RequestContext
     from strata.broker.group.manager import GroupMetadataManager
 
-UNKNOWN_OPERATIONS = -2147483648
-# AclOperation bits a group supports (READ 3, DELETE 6, DESCRIBE 8): all allowed without an authorizer.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
-
 def manager_of(ctx: RequestContext) -> GroupMetadataManager | None:
     """The live state machine, or None while the coordinator is not (or no longer) running."""
     coordinator = ctx.broker.groups

@@ -2,7 +2,8 @@
 
 Admin clients (KIP-919) may ask for the controller endpoints (``endpoint_type`` 2); a combined
 single node answers with itself either way. The broker entries use DescribeCluster's own field
-name (``broker_id``), not Metadata's ``node_id``.
+name (``broker_id``), not Metadata's ``node_id``. ``cluster_authorized_operations`` is the cluster
+bitmask when asked (see :mod:`strata.broker.handlers.acl_operations`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
+from strata.broker.handlers.acl_operations import AclResourceType, authorized_operations
 
 DESCRIBE_CLUSTER = 60
-UNKNOWN_OPERATIONS = -2147483648
 
 
 @handles(DESCRIBE_CLUSTER)
@@ -28,5 +29,6 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
         controller_id=b.node_id,
         brokers=[{"broker_id": entry["node_id"], "host": entry["host"], "port": entry["port"],
                   "rack": entry["rack"], "is_fenced": False}],
-        cluster_authorized_operations=UNKNOWN_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(
+            AclResourceType.CLUSTER, requested=request.include_cluster_authorized_operations),
     )

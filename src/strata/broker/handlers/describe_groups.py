@@ -2,8 +2,9 @@
 
 Member metadata and the chosen protocol are shown only for Stable groups (mid-rebalance they are in
 flux), as in Kafka. An unknown group is described as Dead; from v6 it also carries
-GROUP_ID_NOT_FOUND with a message. Without an authorizer every operation is allowed, which is what
-``authorized_operations`` reports when asked (v3+).
+GROUP_ID_NOT_FOUND with a message. ``authorized_operations`` (v3+) is the group bitmask when asked
+(see :mod:`strata.broker.handlers.acl_operations`), for the groups described without an error, as
+in Kafka; the others keep the "not requested" value.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import GROUP_AUTHORIZED_OPERATIONS, UNKNOWN_OPERATIONS, manager_of
+from strata.broker.group.api import manager_of
+from strata.broker.handlers.acl_operations import UNKNOWN_OPERATIONS, AclResourceType, authorized_operations
 from strata.errors import ErrorCode
 
 DESCRIBE_GROUPS = 15
@@ -26,8 +28,8 @@ def _dead(group_id: str, code: int, message: str | None) -> dict[str, Any]:
 @handles(DESCRIBE_GROUPS)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     manager = manager_of(ctx)
-    ops = GROUP_AUTHORIZED_OPERATIONS if getattr(request, "include_authorized_operations", False) \
-        else UNKNOWN_OPERATIONS
+    ops = authorized_operations(AclResourceType.GROUP,
+                                requested=getattr(request, "include_authorized_operations", False))
     out = []
     for group_id in request.groups:
         if manager is None:
@@ -40,5 +42,6 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
                 entry = _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
             else:
                 entry = _dead(group_id, ErrorCode.NONE, None)
-        out.append({**entry, "authorized_operations": ops})
+        out.append({**entry, "authorized_operations": ops if entry["error_code"] == ErrorCode.NONE
+                    else UNKNOWN_OPERATIONS})
     return ctx.respond(throttle_time=0, groups=out)

@@ -3,6 +3,10 @@
 With ``auto.create.topics.enable`` and the client allowing it, an unknown topic is created with
 ``num.partitions`` (Kafka answers LEADER_NOT_AVAILABLE once while the controller works; a single
 node creates the logs synchronously, so the first answer is already complete).
+
+Authorized operations (v8+), when asked: every topic entry named in the answer carries the topic
+bitmask (an unknown name too, as in Kafka; an unknown topic id keeps the "not requested" value),
+and v8-v10 carry the cluster's (see :mod:`strata.broker.handlers.acl_operations`).
 """
 
 from __future__ import annotations
@@ -10,14 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
+from strata.broker.handlers.acl_operations import UNKNOWN_OPERATIONS, AclResourceType, authorized_operations
 from strata.broker.topics import TopicInfo
 from strata.errors import ApiError, ErrorCode
 
 METADATA = 3
-UNKNOWN_OPERATIONS = -2147483648
 
 
-def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
+def topic_entry(ctx: RequestContext, info: TopicInfo, authorized_ops: int = UNKNOWN_OPERATIONS) -> dict[str, Any]:
     node = ctx.broker.node_id
     replicas = ctx.broker.replicas
     return {
@@ -31,23 +35,26 @@ def topic_entry(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
              "offline_replicas": []}
             for p in range(info.partitions)
         ],
-        "topic_authorized_operations": UNKNOWN_OPERATIONS,
+        "topic_authorized_operations": authorized_ops,
     }
 
 
-def error_entry(name: str | None, code: int, topic_id: Any = None) -> dict[str, Any]:
+def error_entry(name: str | None, code: int, topic_id: Any = None,
+                authorized_ops: int = UNKNOWN_OPERATIONS) -> dict[str, Any]:
     return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": [],
-            "topic_authorized_operations": UNKNOWN_OPERATIONS}
+            "topic_authorized_operations": authorized_ops}
 
 
 @handles(METADATA)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topics = broker.topics
+    ops = authorized_operations(AclResourceType.TOPIC,
+                                requested=getattr(request, "include_topic_authorized_operations", False))
     entries = []
     # All topics: null from v1 on; in v0 (no nullable arrays yet) the empty list meant "all".
     if request.topics is None or (ctx.version == 0 and not request.topics):
-        entries = [topic_entry(ctx, t) for t in sorted(topics, key=lambda t: t.name)]
+        entries = [topic_entry(ctx, t, ops) for t in sorted(topics, key=lambda t: t.name)]
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
         for wanted in request.topics:
@@ -57,18 +64,20 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                 try:
                     info = broker.create_topic(name, broker.config.num_partitions, {})
                 except ApiError as e:
-                    entries.append(error_entry(name, e.error_code))
+                    entries.append(error_entry(name, e.error_code, authorized_ops=ops))
                     continue
             if info is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
-                entries.append(error_entry(name, code, getattr(wanted, "topic_id", None)))
+                entries.append(error_entry(name, code, getattr(wanted, "topic_id", None),
+                                           ops if name is not None else UNKNOWN_OPERATIONS))
             else:
-                entries.append(topic_entry(ctx, info))
+                entries.append(topic_entry(ctx, info, ops))
     return ctx.respond(
         throttle_time=0,
         brokers=[broker.broker_entry()],
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=entries,
-        cluster_authorized_operations=UNKNOWN_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(  # v8-v10 only: later versions drop both fields
+            AclResourceType.CLUSTER, requested=getattr(request, "include_cluster_authorized_operations", False)),
     )
