@@ -4,6 +4,17 @@ Per log directory: ``recovery-point-offset-checkpoint``, ``log-start-offset-chec
 ``replication-offset-checkpoint`` (high watermarks) and the ``.kafka_cleanshutdown`` marker. The
 marker is written last on a clean shutdown and removed right after startup, so its presence at
 the next start proves every log was flushed and closed, which lets loading skip recovery.
+
+Deleting logs (Kafka's ``LogManager.asyncDelete``): each directory is renamed to
+``<topic>-<p>.<uuid>-delete`` at once, its files are removed ``file.delete.delay.ms`` later on the
+scheduler's thread, and the checkpoints are rewritten once per call, not once per partition (each
+rewrite holds every partition of the directory: deleting a topic of N partitions used to write 3N
+files of all partitions, with two fsyncs each, on the event loop). Inside :meth:`deferred_checkpoint`
+even that one rewrite waits for the end of the block. A stale checkpoint entry is harmless - at
+startup only existing partition directories are loaded - except for a new log of the same
+partition, which would inherit the deleted log's recovery point and log start offset after a
+crash; so creating a log whose partition was deleted since the last checkpoint writes the
+checkpoints first.
 """
 
 from __future__ import annotations
@@ -12,7 +23,8 @@ import logging
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from strata.common import Clock, Scheduler, TopicPartition
@@ -80,6 +92,8 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
+        self._deferring = 0  # depth of deferred_checkpoint() blocks
+        self._deleted_since_checkpoint: set[TopicPartition] = set()
 
     # -- startup and shutdown ------------------------------------------------------------------
 
@@ -155,6 +169,10 @@ class LogManager:
             # never let a recreated topic inherit that data.
             log.warning("log dir of %s belongs to topic id %s, not %s: deleting the stale log", tp, current, topic_id)
             self.delete_log(tp)
+        if tp in self._deleted_since_checkpoint:
+            # The checkpoints still hold the deleted log's offsets: a crash before the next rewrite
+            # would hand them to this new log.
+            self.checkpoint()
         log_dir = self._next_log_dir()
         path = log_dir / str(tp)
         path.mkdir(parents=True, exist_ok=True)
@@ -202,15 +220,41 @@ class LogManager:
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Rename to ``<topic>-<p>.<uuid>-delete`` at once, remove after ``file.delete.delay.ms``."""
-        plog = self._logs.pop(tp, None)
-        if plog is None:
-            return
-        self._dir_of.pop(tp, None)
-        plog.local_log.close_handlers()
-        target = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        plog.dir.rename(target)
-        self._schedule_dir_removal(target, plog.config.file_delete_delay_ms)
-        self.checkpoint()
+        self.delete_logs([tp])
+
+    def delete_logs(self, tps: Iterable[TopicPartition]) -> None:
+        """:meth:`delete_log` of each, then one rewrite of the checkpoints (none if nothing was deleted)."""
+        deleted = False
+        for tp in tps:
+            plog = self._logs.pop(tp, None)
+            if plog is None:
+                continue
+            self._dir_of.pop(tp, None)
+            self._deleted_since_checkpoint.add(tp)
+            deleted = True
+            plog.local_log.close_handlers()
+            target = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+            plog.dir.rename(target)
+            self._schedule_dir_removal(target, plog.config.file_delete_delay_ms)
+        if deleted and not self._deferring:
+            self.checkpoint()
+
+    @contextmanager
+    def deferred_checkpoint(self) -> Iterator[None]:
+        """Logs deleted inside the block are checkpointed once, when it ends (DeleteTopics of many topics).
+
+        The block may span awaits: a log created meanwhile for a deleted partition checkpoints first.
+        """
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            if self._deleted_since_checkpoint and not self._deferring:
+                try:
+                    self.checkpoint()
+                except KafkaStorageError as e:  # the logs are gone; the periodic checkpoint retries
+                    log.error("checkpoint after deleting logs failed: %s", e)
 
     def _schedule_dir_removal(self, path: Path, delay_ms: int) -> None:
         self._scheduler.schedule(f"delete-dir-{path.name}", lambda: shutil.rmtree(path, ignore_errors=True),
@@ -228,6 +272,7 @@ class LogManager:
                 {tp: p.log_start_offset for tp, p in mine.items() if p.log_start_offset > 0})
             OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
                 {tp: p.high_watermark for tp, p in mine.items()})
+        self._deleted_since_checkpoint.clear()
 
     def cleanup_logs(self) -> int:
         """One retention pass over every log (``log.retention.check.interval.ms``)."""

@@ -49,6 +49,7 @@ from strata.tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
     RetriableRemoteStorageError,
@@ -242,16 +243,55 @@ class RemoteLogManager:
         return task
 
     async def _delete_partitions(self, tips: list[TopicIdPartition]) -> None:
+        """Delete the remote data of ``tips``, then stop them in the RLMM.
+
+        Every partition of a deleted topic comes here, tiered or not: one the RLMM holds no metadata
+        of (never tiered, or its data deleted when tiering was turned off) has nothing to delete, which
+        is a quiet no-op. The metadata must be loaded first - before that the RLMM cannot tell "nothing"
+        from "not read yet". A partition whose deletion failed is not stopped: its metadata stays
+        known, so the orphan sweep of the next start deletes what is left.
+        """
+        try:
+            if not await self._metadata_loaded():
+                return  # closing
+        except Exception as e:
+            log.error("cannot delete the remote data of %d partitions (%s-%d...): the remote log metadata did "
+                      "not load: %s", len(tips), tips[0].topic, tips[0].partition, e)
+            return
+        done = set()
         for tip in tips:
             try:
                 count = await self._run(self._expiration, self._delete_remote_partition, tip)
-                log.info("deleted %d remote segments of %s-%d", count, tip.topic, tip.partition)
             except Exception:
                 log.exception("deleting the remote data of %s-%d failed", tip.topic, tip.partition)
-        self.rlmm.on_stop_partitions(set(tips))
+                continue
+            done.add(tip)
+            if count is None:
+                log.debug("%s-%d has no remote log metadata: no remote data to delete", tip.topic, tip.partition)
+            else:
+                log.log(logging.INFO if count else logging.DEBUG, "deleted %d remote segments of %s-%d", count,
+                        tip.topic, tip.partition)
+        if done:
+            self.rlmm.on_stop_partitions(done)
 
-    def _delete_remote_partition(self, tip: TopicIdPartition) -> int:
-        segments = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is not S.DELETE_SEGMENT_FINISHED]
+    async def _metadata_loaded(self) -> bool:
+        """Wait (off the loop) until the RLMM has loaded its metadata; False if the RLM closes first.
+        Raises the RLMM's error if loading failed."""
+        wait = getattr(self.rlmm, "wait_until_ready", None)
+        if wait is None or wait(0):
+            return not self._closed
+        while not await self._run(self._expiration, wait, 1.0):
+            if self._closed:
+                return False
+        return not self._closed
+
+    def _delete_remote_partition(self, tip: TopicIdPartition) -> int | None:
+        """Delete every remote segment of ``tip``; how many, or None when the RLMM holds no metadata of it."""
+        try:
+            listed = list(self.rlmm.list_remote_log_segments(tip))
+        except RemoteResourceNotFoundError:  # Kafka's answer for a partition with no metadata at all
+            return None
+        segments = [md for md in listed if md.state is not S.DELETE_SEGMENT_FINISHED]
         for md in segments:
             self._update_state(md, S.DELETE_SEGMENT_STARTED)
         for md in segments:
@@ -265,13 +305,9 @@ class RemoteLogManager:
         """Once the metadata is loaded, delete the remote data of partitions whose topic is gone
         (a deletion interrupted by a crash or by the store being down)."""
         async def sweep() -> None:
-            wait = getattr(self.rlmm, "wait_until_ready", None)
             known = getattr(self.rlmm, "known_partitions", None)
-            if known is None:
+            if known is None or not await self._metadata_loaded():
                 return
-            while wait is not None and not await self._run(self._expiration, wait, 1.0):
-                if self._closed:
-                    return
             orphans = [tip for tip in known() if not is_live(tip)]
             if orphans:
                 log.info("deleting the remote data of %d partitions of deleted topics", len(orphans))

@@ -679,15 +679,24 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._reload_partition(tp)
 
     def on_stop_partitions(self, partitions: set[TopicIdPartition]) -> None:
-        """Drop the partitions' caches and ignore their events until they are assigned again."""
+        """Drop the partitions' caches and ignore their events until they are assigned again.
+
+        A partition this RLMM never saw - no cache, not assigned, and its metadata partition loaded, so
+        the topic holds no record of it (say, one of a deleted topic that never tiered) - has nothing to
+        drop or ignore: it is not remembered as stopped (that set is kept in every snapshot).
+        """
         if self._closing:
             raise RemoteStorageError("This instance is in closing state")
+        assert self._partitioner is not None, "configure() first"
         with self._lock:
             for tp in partitions:
+                known = tp in self._assigned or tp in self._pending_reload or self._store.get(tp) is not None \
+                    or self._partitioner.metadata_partition(tp) not in self._loaded
                 self._assigned.discard(tp)
                 self._pending_reload.discard(tp)
-                self._stopped.add(tp)
                 self._store.clear_topic_partition(tp)
+                if known:
+                    self._stopped.add(tp)
 
     @property
     def assigned_partitions(self) -> set[TopicIdPartition]:
