@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv kcat test soak run demo bench lint clean
+.PHONY: venv kcat zookeeper test soak run demo bench lint clean
 
 venv: $(STAMP)
 
@@ -24,10 +24,21 @@ kcat:
 	  { command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
 	    $$SUDO apt-get install -y -qq kcat >/dev/null; } || echo "kcat not installed"; }
 
-test: venv kcat
+# ZooKeeper for the cluster tests (Debian's package; started by the tests as a child process, never
+# as a service). Like kcat, installed with apt only as root or with passwordless sudo.
+zookeeper:
+	@test -f /usr/share/java/zookeeper.jar || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "zookeeper not installed (needs root or passwordless sudo): apt-get install zookeeper"; exit 0; fi; \
+	  { command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
+	    $$SUDO apt-get install -y -qq --no-install-recommends zookeeper libslf4j-java >/dev/null; } || \
+	    echo "zookeeper not installed"; }
+
+test: venv kcat zookeeper
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
-soak: venv
+soak: venv zookeeper
 	$(PY) -m pytest -m slow -q $(PYTEST_ARGS)
 
 run: venv

@@ -45,3 +45,41 @@ def open_log(tmp_path: Path, clock: ManualClock, scheduler: ManualScheduler) -> 
     yield _open
     for plog in opened:
         plog.local_log.close_handlers()
+
+
+# -- ZooKeeper: one server per test session, a chroot per test (replication reference 1.10) --------
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real ZooKeeper (Debian's package) on 127.0.0.1, started once per test session."""
+    from strata.tools.zookeeper import ZooKeeperServer, zookeeper_available
+
+    if not zookeeper_available():
+        pytest.fail("ZooKeeper is not installed: `make test` installs Debian's zookeeper package "
+                    "(apt-get install zookeeper)")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start().wait_ready()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: object, request: pytest.FixtureRequest) -> Iterator[str]:
+    """``127.0.0.1:PORT/t-<uuid>``: this test's own chroot, deleted afterwards."""
+    import uuid
+
+    from kazoo.client import KazooClient
+
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    base = zookeeper.connect  # type: ignore[attr-defined]
+    yield f"{base}{chroot}"
+    zk = KazooClient(hosts=base)
+    zk.start(timeout=10)
+    try:
+        zk.delete(chroot, recursive=True)
+    except Exception:  # noqa: BLE001 - a chroot never created, or already gone
+        pass
+    finally:
+        zk.stop()
+        zk.close()

@@ -31,6 +31,7 @@ class ErrorCode(IntEnum):
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
@@ -47,7 +48,9 @@ class ErrorCode(IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     POLICY_VIOLATION = 44
@@ -72,11 +75,16 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109
 
 
 class KafkaError(Exception):
@@ -222,3 +230,8 @@ def error_for(code: int) -> type[KafkaError]:
         if cls is not ApiError and cls.error_code == code and KafkaError in cls.__bases__:
             return cls
     return KafkaError
+
+
+class ClusterError(Exception):
+    """Cluster mode cannot start or go on: ZooKeeper unreachable, this broker id taken, a cluster id
+    that differs from the one in ``meta.properties``."""

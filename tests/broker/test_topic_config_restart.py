@@ -41,7 +41,9 @@ def _produce(b: BrokerProcess, topic: str, partition: int, value: bytes) -> Kafk
     producer = Producer({"bootstrap.servers": b.bootstrap, "log_level": 3, "linger.ms": 0,
                          "message.max.bytes": 10_000_000})
     errors: list[KafkaError | None] = []
-    producer.produce(topic, value=value, partition=partition, on_delivery=lambda err, _m: errors.append(err))
+    # keyed: the topic becomes compacted below, and compacted topics refuse keyless records
+    producer.produce(topic, key=b"k", value=value, partition=partition,
+                     on_delivery=lambda err, _m: errors.append(err))
     assert producer.flush(TIMEOUT_S) == 0
     return errors[0]
 

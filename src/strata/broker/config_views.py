@@ -437,8 +437,8 @@ def duplicate_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
     return dupes
 
 
-def alter_resource(broker: Broker, resource_type: int, resource_name: str, changes: Sequence[ConfigChange], *,
-                   incremental: bool, validate_only: bool) -> None:
+async def alter_resource(broker: Broker, resource_type: int, resource_name: str, changes: Sequence[ConfigChange], *,
+                         incremental: bool, validate_only: bool) -> None:
     """One resource of AlterConfigs (``incremental=False``) or IncrementalAlterConfigs; raises ApiError.
 
     Topic changes are validated in full (unknown keys, bad values, cross-key rules) before anything
@@ -458,7 +458,7 @@ def alter_resource(broker: Broker, resource_type: int, resource_name: str, chang
             overrides = replace_topic_overrides(changes)
         broker.topics.check_configs(overrides, resource_name)
         if not validate_only:
-            broker.set_topic_configs(resource_name, overrides)
+            await broker.admin.set_topic_configs(resource_name, overrides)
     elif resource_type == ResourceType.BROKER:
         check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
         refuse_broker_changes(changes)

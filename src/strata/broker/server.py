@@ -22,20 +22,32 @@ from pathlib import Path
 from typing import Any
 
 from strata.broker.admin_http import AdminHttpServer
+from strata.broker.cluster_member import ClusterMember
+from strata.broker.cluster_services import (
+    ClusterView,
+    LocalTopicAdmin,
+    SingleNodeView,
+    TopicAdmin,
+    ZkClusterView,
+    ZkTopicAdmin,
+)
 from strata.broker.connection import ClientConnection
 from strata.broker.dispatch import handlers
-from strata.broker.group.coordinator import GroupCoordinator
-from strata.broker.partitions import ReplicaManager
-from strata.broker.producer_ids import ProducerIdManager
+from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic
 from strata.broker.topics import TopicInfo, TopicRegistry
+from strata.cluster.node import ClusterNode
+from strata.cluster.zk import ZkUnavailableError
 from strata.common import SystemClock, ThreadScheduler, TopicPartition
 from strata.common.metrics import Registry
 from strata.config import LogConfig
 from strata.config.broker_config import BrokerConfig
-from strata.errors import ApiError, ErrorCode, KafkaStorageError
+from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.manager import LogManager
+from strata.replication.fetcher import ReplicaFetcherManager
+from strata.replication.replica_manager import ReplicaManager
 from strata.tiered.api import RemoteStorageError, TopicIdPartition
 from strata.tiered.manager import RemoteLogManager, TieredStats, copy_lag
 
@@ -86,14 +98,39 @@ class Broker:
         self.node_id = config.node_id
         self.clock = SystemClock()
         self.scheduler = ThreadScheduler()
-        self.cluster_id = ensure_meta_properties(config.log_dirs, config.node_id, config.cluster_id)
+        # Cluster mode: ZooKeeper holds the cluster's topics and leaders; this node mirrors them.
+        self.cluster: ClusterNode | None = None
+        self.member: ClusterMember | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        if config.cluster.enabled:
+            adv = config.advertised_listener
+            self.cluster = ClusterNode(config.cluster, config.node_id, adv.host, adv.port)
+            self.cluster_id = ""  # from /cluster/id, checked against meta.properties in start()
+        else:
+            self.cluster_id = ensure_meta_properties(config.log_dirs, config.node_id, config.cluster_id)
         self.topics = TopicRegistry(config.log_dirs[0], config.log_config,
                                     remote_storage_system_enable=config.remote.enabled)
         self.topics.load()
         self.logs = LogManager(config.log_dirs, self.topics.config, self.clock, self.scheduler,
                                remote_log_enabled_for=self.topics.remote_log_enabled)
-        self.replicas = ReplicaManager(config.node_id, self.logs, self.topics)
-        self.producer_ids = ProducerIdManager(config.log_dirs[0])
+        self.replicas = ReplicaManager(config.node_id, self.logs, self.topics.config, self.clock)
+        self.producer_ids: ProducerIdManager | ClusterProducerIdManager = ProducerIdManager(config.log_dirs[0])
+        self.view: ClusterView = SingleNodeView(self)
+        self.admin: TopicAdmin = LocalTopicAdmin(self)
+        if self.cluster is not None:
+            self.view = ZkClusterView(self.cluster)
+            self.admin = ZkTopicAdmin(self, self.cluster)
+            self.fetchers = ReplicaFetcherManager(config.node_id, self.cluster.metadata.endpoint, self.replicas,
+                                                  config.cluster)
+            self.member = ClusterMember(self.cluster, self.topics, self.replicas, self.fetchers)
+            self.replicas.isr_writer = self.cluster.write_isr
+            cluster = self.cluster
+
+            async def allocate() -> tuple[int, int]:
+                block = await cluster.zk.retry(cluster.allocate_producer_ids)
+                return block.first_producer_id, block.size
+
+            self.producer_ids = ClusterProducerIdManager(allocate)
         self.groups: Any = None  # the group coordinator, set in start() (see strata.broker.group)
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.metrics = Registry()
@@ -236,9 +273,12 @@ class Broker:
     async def start(self) -> None:
         handlers()  # import every handler module before the first request
         self.logs.startup()
-        self._drop_orphan_logs()
-        for info in self.topics:
-            self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
+        if self.cluster is not None:
+            await self._join_cluster()
+        else:
+            self._drop_orphan_logs()
+            for info in self.topics:
+                self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
         self.groups = GroupCoordinator(self)
         await self.groups.start()
         if self.config.remote.enabled:
@@ -259,6 +299,15 @@ class Broker:
         self._background.append(loop.create_task(self._periodic(
             self.config.log_flush_offset_checkpoint_interval_ms or 60_000, self.logs.checkpoint, "checkpoint")))
         self._background.append(loop.create_task(self._periodic(1000, self.logs.flush_dirty_logs, "flush")))
+        if self.cluster is not None:
+            lag_ms = self.config.cluster.replica_lag_time_max_ms
+            self._background.append(loop.create_task(self._periodic(
+                max(1, lag_ms // 2), lambda: self.replicas.maybe_shrink_isr(lag_ms), "isr-shrink")))
+            self._background.append(loop.create_task(self._periodic(
+                self.config.cluster.replica_high_watermark_checkpoint_interval_ms, self.logs.checkpoint,
+                "high-watermark-checkpoint")))
+            self.cluster.port = self.port if not self.config.advertised_listener.port else self.cluster.port
+            await self.cluster.register()
         if self.config.metrics_port >= 0:
             self.admin_http = AdminHttpServer(self.config.metrics_host, self.config.metrics_port, self.metrics,
                                               self.tier_states, broker_id=self.node_id)
@@ -267,6 +316,46 @@ class Broker:
             self.config = replace(self.config, metrics_port=port, raw={**self.config.raw, "metrics.port": str(port)})
             lifecycle.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         lifecycle.info("strata broker ready on %s:%d", listener.host, self.port)
+
+    async def _join_cluster(self) -> None:
+        """Connect to ZooKeeper, mirror the cluster's state, then take up this broker's replicas.
+
+        ZooKeeper unreachable: one clear line and a non-zero exit after ``zookeeper.connection.timeout.ms``.
+        The broker registers (and may become controller) only once its listener accepts connections.
+        """
+        node, member = self.cluster, self.member
+        assert node is not None and member is not None
+        try:
+            cluster_id = await node.connect(self.config.cluster_id)
+        except ZkUnavailableError as e:
+            raise ClusterError(str(e)) from None
+        self.cluster_id = ensure_meta_properties(self.config.log_dirs, self.node_id, cluster_id)
+        node.on_session_lost.append(self.replicas.fence_leaderships)
+        node.on_reregistered.append(member.refresh_leaderships)
+        await node.start_metadata(member.listener())
+        member.reconcile()
+        member.hooks.topic_deleted.append(self._on_cluster_topic_deleted)
+        member.hooks.leading.append(self._on_leading)
+        member.hooks.not_leading.append(self._on_not_leading)
+        member.hooks.topic_config_changed.append(self._apply_tiering_change)
+        lifecycle.info("joined the cluster %s through ZooKeeper %s: %d brokers, %d topics, %d local replicas",
+                       cluster_id, self.config.cluster.zookeeper_connect, len(node.metadata.brokers),
+                       len(node.metadata.topics), len(self.replicas.partitions))
+
+    def _on_leading(self, tp: TopicPartition, _topic_id: uuid.UUID) -> None:
+        if tp.topic == OFFSETS_TOPIC and self.groups is not None:
+            self.groups.on_leader(tp.partition)
+
+    def _on_not_leading(self, tp: TopicPartition, _topic_id: uuid.UUID, _deleted: bool) -> None:
+        if tp.topic == OFFSETS_TOPIC and self.groups is not None:
+            self.groups.on_not_leader(tp.partition)
+
+    def _on_cluster_topic_deleted(self, info: TopicInfo, delete_remote: bool) -> None:
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop_partitions([TopicPartition(info.name, p) for p in range(info.partitions)],
+                                                    delete_remote=delete_remote, topic_id=info.topic_id)
+        if self.groups is not None:
+            self.groups.on_topic_deleted(info.name)
 
     def _drop_orphan_logs(self) -> None:
         """Logs the registry does not know (a delete interrupted by a crash) are deleted, not served.
@@ -318,8 +407,15 @@ class Broker:
                 raise KafkaStorageError(f"remote log metadata: {e}") from None
         rlm.start()
         self.remote_log_manager = rlm
-        for info in self.topics:
-            self._lead(info)
+        if self.member is not None:
+            # Cluster mode: tiering follows leadership, partition by partition (followers do not upload).
+            self.member.hooks.leading.append(lambda tp, topic_id: rlm.on_leadership_change({tp: topic_id}))
+            self.member.hooks.not_leading.append(
+                lambda tp, topic_id, deleted: None if deleted else rlm.stop_partitions([tp], delete_remote=False))
+            rlm.on_leadership_change({tp: p.topic_id for tp, p in self.replicas.partitions.items() if p.is_leader})
+        else:
+            for info in self.topics:
+                self._lead(info)
 
         def is_live(tip: TopicIdPartition) -> bool:
             info = self.topics.get(tip.topic)
@@ -343,6 +439,15 @@ class Broker:
             return
         self.shutting_down = True
         lifecycle.info("shutting down")
+        if self.cluster is not None and self.config.cluster.controlled_shutdown_enable:
+            cfg = self.config.cluster
+            bound = (cfg.controlled_shutdown_max_retries + 1) * cfg.controlled_shutdown_retry_backoff_ms / 1000
+            try:
+                left = await self.cluster.controlled_shutdown(min(bound, 30.0))
+                lifecycle.info("controlled shutdown: %s", "leadership moved to other replicas" if not left
+                               else f"{left} partitions still led here (no other replica in sync)")
+            except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: shut down anyway
+                log.warning("controlled shutdown failed: %s", e)
         if self._server_sock is not None:
             self._server_sock.close()
         for task in self._background:
@@ -351,6 +456,16 @@ class Broker:
             task.cancel()
         self.replicas.wake_all()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
+        if self.fetchers is not None:
+            await self.fetchers.close()
+        if self.member is not None:
+            await self.member.close()
+        await self.replicas.close()
+        if self.cluster is not None:
+            try:
+                await self.cluster.close()
+            except Exception as e:  # noqa: BLE001 - ZooKeeper gone: the session expires by itself
+                log.warning("closing the ZooKeeper session failed: %s", e)
         if self.groups is not None:
             await self.groups.stop()
         if self.admin_http is not None:

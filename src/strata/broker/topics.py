@@ -147,6 +147,28 @@ class TopicRegistry:
         self._save()
         return info
 
+    def mirror(self, name: str, topic_id: uuid.UUID, partitions: int, configs: Mapping[str, str]) -> TopicInfo:
+        """Cluster mode: record a topic as ZooKeeper has it (already validated by whoever created it).
+
+        The registry is then this broker's persistent cache of the cluster's topics; it is written
+        only when something changed."""
+        info = self._topics.get(name)
+        if info is not None and info.topic_id == topic_id and info.partitions == partitions \
+                and info.configs == dict(configs):
+            return info
+        if info is not None and info.topic_id != topic_id:
+            self._by_id.pop(info.topic_id, None)
+        info = TopicInfo(name, topic_id, partitions, dict(configs))
+        self._add(info)
+        self._save()
+        return info
+
+    def forget(self, name: str) -> TopicInfo | None:
+        """Cluster mode: the topic is gone from the cluster (no error if it was never mirrored)."""
+        if name not in self._topics:
+            return None
+        return self.delete(name)
+
     def delete(self, name: str) -> TopicInfo:
         info = self._topics.pop(name, None)
         if info is None:

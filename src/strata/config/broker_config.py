@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
 from strata.config.log_config import LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
@@ -27,7 +28,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], None, "Where the broker accepts connections"),
     ConfigKey("advertised.listeners", "list", None, None, "What clients are told to connect to"),
     ConfigKey("node.id", "int", 1, at_least(0), "This broker's id"),
-    ConfigKey("broker.id", "int", None, at_least(-1), "Older name of node.id"),
+    ConfigKey("broker.id", "int", None, at_least(-1), "This broker's id (ZooKeeper mode's name; node.id is its alias)"),
     ConfigKey("cluster.id", "string", None, None, "Cluster id for meta.properties (generated when unset)"),
     ConfigKey("log.dirs", "list", None, None, "Directories holding the partition logs"),
     ConfigKey("log.dir", "string", "/tmp/strata-logs", None, "Used when log.dirs is not set"),
@@ -46,7 +47,8 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("group.max.session.timeout.ms", "int", 1_800_000, at_least(0), ""),
     ConfigKey("group.max.size", "int", 2**31 - 1, at_least(1), ""),
     ConfigKey("offsets.topic.num.partitions", "int", 50, at_least(1), "Partitions of __consumer_offsets"),
-    ConfigKey("offsets.topic.replication.factor", "int", 3, at_least(1), "Accepted; single node uses 1"),
+    ConfigKey("offsets.topic.replication.factor", "int", 3, at_least(1),
+              "Replication factor of __consumer_offsets in cluster mode (a single node uses 1)"),
     ConfigKey("offsets.topic.segment.bytes", "int", 104_857_600, at_least(1), ""),
     ConfigKey("offsets.retention.minutes", "int", 7 * 24 * 60, at_least(1), ""),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600_000, at_least(1), ""),
@@ -80,6 +82,7 @@ BROKER_CONFIG_DEF = ConfigDef([
               "Port of the HTTP endpoint serving /metrics (Prometheus) and /v1/tiers; -1 disables, 0 picks one"),
     ConfigKey("metrics.host", "string", "127.0.0.1", None, "Address the metrics endpoint binds"),
     *REMOTE_LOG_KEYS,
+    *CLUSTER_KEYS,
 ])
 
 # Kafka keys that configure machinery a single asyncio process does not have.
@@ -88,8 +91,7 @@ IGNORED_KEYS = frozenset({
     "listener.security.protocol.map", "inter.broker.listener.name", "num.network.threads", "num.io.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "share.coordinator.state.topic"
-    ".replication.factor", "share.coordinator.state.topic.min.isr", "num.replica.fetchers",
-    "replica.lag.time.max.ms", "zookeeper.connect", "group.coordinator.rebalance.protocols",
+    ".replication.factor", "share.coordinator.state.topic.min.isr", "group.coordinator.rebalance.protocols",
 })
 
 
@@ -138,6 +140,7 @@ class BrokerConfig:
     metrics_port: int
     metrics_host: str
     remote: RemoteLogManagerConfig
+    cluster: ClusterConfig
     log_config: LogConfig
     raw: Mapping[str, str]
 
@@ -158,6 +161,9 @@ class BrokerConfig:
         else:
             host = listener.host if listener.host not in ("0.0.0.0", "::") else "127.0.0.1"
             adv = Listener(listener.name, host, listener.port)
+        if p["broker.id"] is not None and "node.id" in props and p["broker.id"] != p["node.id"]:
+            raise InvalidConfigError(f"Invalid value for configuration broker.id: {p['broker.id']} differs from "
+                                     f"node.id {p['node.id']} (node.id is an alias of broker.id; set one)")
         node_id = p["node.id"] if p["broker.id"] is None or "node.id" in props else p["broker.id"]
         dirs = p["log.dirs"] or [p["log.dir"]]
         return cls(
@@ -187,6 +193,7 @@ class BrokerConfig:
             metrics_port=p["metrics.port"],
             metrics_host=p["metrics.host"],
             remote=RemoteLogManagerConfig.from_parsed(p, props),
+            cluster=ClusterConfig.from_parsed(p),
             log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )
@@ -251,4 +258,5 @@ def _log_config_from(p: Mapping[str, Any]) -> LogConfig:
         "flush.messages": p["log.flush.interval.messages"],
         "flush.ms": flush_ms,
         "min.insync.replicas": p["min.insync.replicas"],
+        "unclean.leader.election.enable": p["unclean.leader.election.enable"],
     })

@@ -354,6 +354,9 @@ class PartitionLog:
         if offset < 0:
             raise ValueError(f"cannot truncate {self.topic_partition} to a negative offset {offset}")
         if offset >= self.log_end_offset:
+            # Nothing to drop, but an epoch this replica led without writing may start at the end:
+            # it must go, or OffsetForLeaderEpoch keeps answering from it (Kafka trims here too).
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self.local_log_start_offset:
             self.truncate_fully_and_start_at(offset)

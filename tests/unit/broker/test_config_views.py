@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -184,10 +185,15 @@ class _FakeBroker:
         self.node_id = self.config.node_id
         self.topics = TopicRegistry(directory, self.config.log_config)
         self.applied: list[str] = []
+        self.admin = self  # the TopicAdmin service: here the fake itself
 
-    def set_topic_configs(self, name: str, overrides: dict[str, str]) -> Any:
+    async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> Any:
         self.applied.append(name)
         return self.topics.set_configs(name, overrides)
+
+
+def alter(broker: Any, *args: Any, **kwargs: Any) -> None:
+    asyncio.run(alter_resource(broker, *args, **kwargs))
 
 
 def test_alter_resource_validates_the_whole_result_before_writing(tmp_path: Path) -> None:
@@ -195,21 +201,21 @@ def test_alter_resource_validates_the_whole_result_before_writing(tmp_path: Path
     broker.topics.create("t", 1, {"retention.ms": "1000"})
     bad = [ConfigChange("segment.bytes", "12345"), ConfigChange("retention.ms", "minus one")]
     with pytest.raises(ApiError, match="retention.ms") as e:
-        alter_resource(broker, ResourceType.TOPIC, "t", bad, incremental=True, validate_only=False)
+        alter(broker, ResourceType.TOPIC, "t", bad, incremental=True, validate_only=False)
     assert e.value.error_code == ErrorCode.INVALID_CONFIG
     with pytest.raises(ApiError, match="bogus.key") as e:
-        alter_resource(broker, ResourceType.TOPIC, "t", [ConfigChange("bogus.key", "1")],
+        alter(broker, ResourceType.TOPIC, "t", [ConfigChange("bogus.key", "1")],
                        incremental=False, validate_only=False)
     assert e.value.error_code == ErrorCode.INVALID_CONFIG
     assert broker.topics.get("t").configs == {"retention.ms": "1000"} and broker.applied == []
 
-    alter_resource(broker, ResourceType.TOPIC, "t", [ConfigChange("segment.bytes", "12345")],
+    alter(broker, ResourceType.TOPIC, "t", [ConfigChange("segment.bytes", "12345")],
                    incremental=True, validate_only=True)
     assert broker.topics.get("t").configs == {"retention.ms": "1000"}
-    alter_resource(broker, ResourceType.TOPIC, "t", [ConfigChange("segment.bytes", "12345")],
+    alter(broker, ResourceType.TOPIC, "t", [ConfigChange("segment.bytes", "12345")],
                    incremental=True, validate_only=False)
     assert broker.topics.get("t").configs == {"retention.ms": "1000", "segment.bytes": "12345"}
-    alter_resource(broker, ResourceType.TOPIC, "t", [ConfigChange("segment.bytes", "54321")],
+    alter(broker, ResourceType.TOPIC, "t", [ConfigChange("segment.bytes", "54321")],
                    incremental=False, validate_only=False)
     assert broker.topics.get("t").configs == {"segment.bytes": "54321"}
     assert broker.topics.config("t").segment_bytes == 54321 and broker.applied == ["t", "t"]
@@ -227,14 +233,14 @@ def test_alter_resource_validates_the_whole_result_before_writing(tmp_path: Path
 def test_alter_resource_errors(tmp_path: Path, rtype: int, name: str, code: ErrorCode, message: str) -> None:
     broker = _FakeBroker(tmp_path)
     with pytest.raises(ApiError, match=message) as e:
-        alter_resource(broker, rtype, name, [ConfigChange("log.retention.ms", "1")],
+        alter(broker, rtype, name, [ConfigChange("log.retention.ms", "1")],
                        incremental=True, validate_only=False)
     assert e.value.error_code == code
 
 
 def test_empty_broker_alteration_is_a_no_op(tmp_path: Path) -> None:
-    alter_resource(_FakeBroker(tmp_path), ResourceType.BROKER, "1", [], incremental=True,
-                   validate_only=False)
+    alter(_FakeBroker(tmp_path), ResourceType.BROKER, "1", [], incremental=True,
+          validate_only=False)
 
 
 def test_describe_resource(tmp_path: Path) -> None:

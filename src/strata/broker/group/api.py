@@ -12,10 +12,21 @@ if TYPE_CHECKING:
     from strata.broker.dispatch import RequestContext
     from strata.broker.group.manager import GroupMetadataManager
 
-def manager_of(ctx: RequestContext) -> GroupMetadataManager | None:
-    """The live state machine, or None while the coordinator is not (or no longer) running."""
+
+def manager_of(ctx: RequestContext, group_id: str | None = None) -> GroupMetadataManager | None:
+    """The live state machine, or None while the coordinator is not (or no longer) running -- or,
+    in a cluster, when ``group_id``'s ``__consumer_offsets`` partition is not led (and loaded) here:
+    the client then looks its coordinator up again."""
     coordinator = ctx.broker.groups
-    return getattr(coordinator, "manager", None) if coordinator is not None else None
+    manager = getattr(coordinator, "manager", None) if coordinator is not None else None
+    if manager is not None and group_id is not None and not coordinator.owns(group_id):
+        return None
+    return manager
+
+
+def owns(ctx: RequestContext, group_id: str | None) -> bool:
+    coordinator = ctx.broker.groups
+    return coordinator is not None and group_id is not None and coordinator.owns(group_id)
 
 
 def millis(value: Any, default: int = -1) -> int:

@@ -14,6 +14,14 @@ synchronous on the event loop, so "acknowledge after the write" is simply "answe
 returned". Offsets older than ``offsets.retention.minutes`` are expired every
 ``offsets.retention.check.interval.ms``.
 
+In a cluster (``zookeeper.connect`` set) each broker coordinates the groups whose partition it
+leads, as Kafka does: the topic is created (replicated, ``offsets.topic.replication.factor``) by the
+first FindCoordinator that needs it; a broker that becomes leader of partition ``p`` replays it
+(to its log end: as the new leader everything it has will be committed) and then answers for its
+groups; a broker that loses ``p`` unloads them (parked requests answer NOT_COORDINATOR) and their
+clients find the new coordinator. Writes wait until the ISR has them (acks=all) before the
+commit or the assignment is acknowledged, so a coordinator's death loses no acknowledged offset.
+
 The protocol logic itself lives in :class:`strata.broker.group.manager.GroupMetadataManager`.
 """
 
@@ -29,7 +37,7 @@ from strata.broker.group.records import partition_for
 from strata.broker.group.timer import LoopTimer
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
-from strata.errors import CorruptRecordError, KafkaError, KafkaStorageError
+from strata.errors import CorruptRecordError, ErrorCode, KafkaError, KafkaStorageError
 from strata.log.producer_state import AppendOrigin
 from strata.log.reading import iter_log_records
 from strata.protocol.records import BatchBuilder
@@ -55,6 +63,13 @@ class GroupCoordinator:
         self.manager: GroupMetadataManager | None = None
         self._timer: LoopTimer | None = None
         self._expiry: asyncio.Task[None] | None = None
+        self.clustered = broker.cluster is not None
+        self.loaded: set[int] = set()  # cluster mode: the __consumer_offsets partitions led and loaded here
+        self._last_write: dict[int, int] = {}  # partition -> next offset after this broker's last write
+        self._creating: asyncio.Task[None] | None = None
+
+    def owns(self, group_id: str) -> bool:
+        return not self.clustered or self.partition_for(group_id) in self.loaded
 
     @property
     def active(self) -> bool:
@@ -66,12 +81,10 @@ class GroupCoordinator:
         broker = self.broker
         cfg = broker.config
         info = broker.topics.get(OFFSETS_TOPIC)
-        if info is None:
-            info = broker.create_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(cfg.offsets_topic_segment_bytes),
-            })
-        self.partitions = info.partitions
+        if info is None and not self.clustered:
+            info = broker.create_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, self.topic_configs())
+        if info is not None:
+            self.partitions = info.partitions
         loop = asyncio.get_running_loop()
         self._timer = LoopTimer(loop)
         manager = GroupMetadataManager(
@@ -83,9 +96,14 @@ class GroupCoordinator:
                 offsets_retention_ms=cfg.offsets_retention_ms,
             ),
             self._timer, broker.clock, self._write)
-        self._load(manager)
-        manager.on_loaded()
+        if not self.clustered:
+            self._load(manager)
+            manager.on_loaded()
         self.manager = manager
+        if self.clustered:  # partitions led before the coordinator started
+            for tp, part in list(broker.replicas.partitions.items()):
+                if tp.topic == OFFSETS_TOPIC and part.is_leader:
+                    self.on_leader(tp.partition)
         interval = _config_value(cfg.raw, "offsets.retention.check.interval.ms")
         self._expiry = loop.create_task(self._expire_periodically(interval))
 
@@ -109,6 +127,72 @@ class GroupCoordinator:
                 except Exception:
                     log.exception("offset expiration failed")
 
+    def topic_configs(self) -> dict[str, str]:
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.broker.config.offsets_topic_segment_bytes)}
+
+    # -- cluster mode: leadership of __consumer_offsets partitions --------------------------------
+
+    async def ensure_topic(self) -> bool:
+        """Create ``__consumer_offsets`` on first use (Kafka's FindCoordinator does); False while it
+        cannot be made yet (fewer live brokers than ``offsets.topic.replication.factor``)."""
+        broker = self.broker
+        if broker.topics.get(OFFSETS_TOPIC) is not None:
+            return True
+        rf = _config_value(broker.config.raw, "offsets.topic.replication.factor")
+        if broker.admin.max_replication_factor() < rf:
+            log.info("not creating %s yet: %d live brokers, offsets.topic.replication.factor=%d", OFFSETS_TOPIC,
+                     broker.admin.max_replication_factor(), rf)
+            return False
+        try:
+            info = await broker.admin.create_topic(OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions, rf,
+                                                   self.topic_configs())
+        except KafkaError as e:
+            if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("creating %s failed: %s", OFFSETS_TOPIC, e)
+                return False
+            info = broker.topics.get(OFFSETS_TOPIC)
+        if info is not None:
+            self.partitions = info.partitions
+        return info is not None
+
+    def on_leader(self, partition: int) -> None:
+        """This broker leads ``__consumer_offsets-partition`` now: load its groups."""
+        manager = self.manager
+        if manager is None or partition in self.loaded:
+            return
+        info = self.broker.topics.get(OFFSETS_TOPIC)
+        if info is not None:
+            self.partitions = info.partitions
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        plog = self.broker.replicas.local_log(tp)
+        if plog is None:
+            return
+        before = set(manager.groups)
+        for record in iter_log_records(plog, plog.log_start_offset, plog.log_end_offset):
+            self._replay(manager, tp, record.offset, record.key, record.value)
+        manager.on_loaded({g for g in manager.groups if g not in before})
+        self.loaded.add(partition)
+        log.info("coordinating the groups of %s", tp)
+
+    def on_not_leader(self, partition: int) -> None:
+        if partition not in self.loaded:
+            return
+        self.loaded.discard(partition)
+        if self.manager is not None:
+            n = self.manager.unload_groups(lambda group_id: self.partition_for(group_id) == partition)
+            log.info("no longer coordinating the %d groups of %s-%d", n, OFFSETS_TOPIC, partition)
+
+    async def durable(self, group_id: str, timeout_s: float) -> int:
+        """Wait until this broker's writes for ``group_id`` are in the ISR (acks=all); an error code."""
+        if not self.clustered:
+            return ErrorCode.NONE
+        partition = self.partition_for(group_id)
+        offset = self._last_write.get(partition)
+        if offset is None:
+            return ErrorCode.NONE
+        return await self.broker.replicas.wait_for_replication(TopicPartition(OFFSETS_TOPIC, partition), offset,
+                                                                timeout_s)
+
     # -- storage ------------------------------------------------------------------------------
 
     def on_topic_deleted(self, topic: str) -> None:
@@ -126,7 +210,9 @@ class GroupCoordinator:
             builder.append(value, key=key)
         tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
         try:
-            self.broker.replicas.append(tp, builder.build(), AppendOrigin.COORDINATOR)
+            info = self.broker.replicas.append(tp, builder.build(), AppendOrigin.COORDINATOR,
+                                               required_acks=-1 if self.clustered else 1)
+            self._last_write[tp.partition] = info.last_offset + 1
         except KafkaError:
             raise
         except OSError as e:

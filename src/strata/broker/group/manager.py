@@ -980,15 +980,30 @@ class GroupMetadataManager:
         group.subscribed = group.compute_subscribed_topics()
         return group
 
-    def on_loaded(self) -> None:
+    def on_loaded(self, group_ids: set[str] | None = None) -> None:
         """After replay: loaded members must heartbeat within their session timeout or be removed."""
-        for group in list(self.groups.values()):
+        for group in [g for g in self.groups.values() if group_ids is None or g.group_id in group_ids]:
             for m in list(group.members.values()):
                 self._reschedule_heartbeat(group, m)
             if group.is_in(STABLE) and len(group.members) > self.config.max_size:
                 self._prepare_rebalance(group, f"freshly-loaded group is over capacity ({self.config.max_size})")
         log.info("loaded %d groups and %d committed offsets", len(self.groups),
                  sum(len(o) for o in self.offsets.values()))
+
+    def unload_groups(self, which: Callable[[str], bool]) -> int:
+        """Another broker coordinates these groups now (Kafka's ``removeGroupsForPartition``): parked
+        requests get NOT_COORDINATOR, their timers stop, their state is forgotten here."""
+        doomed = [gid for gid in set(self.groups) | set(self.offsets) if which(gid)]
+        for gid in doomed:
+            group = self.groups.pop(gid, None)
+            if group is not None:
+                group.complete_all(ErrorCode.NOT_COORDINATOR)
+                for member_id in list(group.members):
+                    self.timer.cancel(self._heartbeat_key(gid, member_id))
+                self.timer.cancel(self._join_key(gid))
+                self.timer.cancel(self._sync_key(gid))
+            self.offsets.pop(gid, None)
+        return len(doomed)
 
     def unload(self) -> None:
         """Coordinator shutdown: parked requests get NOT_COORDINATOR and every timer stops."""

@@ -31,8 +31,8 @@ async def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
                              error_message="Each resource must appear at most once.")
             else:
                 changes = [ConfigChange(c.name, c.value, getattr(c, "config_operation", 0)) for c in r.configs]
-                alter_resource(ctx.broker, r.resource_type, r.resource_name, changes, incremental=incremental,
-                               validate_only=request.validate_only)
+                await alter_resource(ctx.broker, r.resource_type, r.resource_name, changes, incremental=incremental,
+                                     validate_only=request.validate_only)
         except KafkaError as e:
             entry.update(error_code=e.error_code, error_message=str(e))
         responses.append(entry)

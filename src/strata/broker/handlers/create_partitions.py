@@ -41,8 +41,10 @@ def _check(ctx: RequestContext, topic: Any) -> None:
             raise ApiError(INVALID_REPLICA_ASSIGNMENT,
                            f"Attempted to add {additional} additional partition(s), but only "
                            f"{len(topic.assignments)} assignment(s) were specified.")
+        brokers = [b["node_id"] for b in broker.view.brokers()]
+        rf = len(broker.view.partition(topic.name, 0).replicas) or 1
         for a in topic.assignments:
-            check_assignment(a.broker_ids, broker.node_id, 1)
+            check_assignment(a.broker_ids, brokers, rf)
 
 
 @handles(CREATE_PARTITIONS)
@@ -70,7 +72,8 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         try:
             _check(ctx, topic)
             if not request.validate_only:
-                ctx.broker.add_partitions(topic.name, topic.count)
+                manual = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+                await ctx.broker.admin.add_partitions(topic.name, topic.count, manual)
         except KafkaError as e:
             results.append({"name": topic.name, "error_code": e.error_code, "error_message": str(e)})
             continue

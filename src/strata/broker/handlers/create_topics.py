@@ -4,9 +4,10 @@ Kafka checks in this order and so do we, because clients show the first error on
 (``Topic.validate``, internal names), existence, '.'/'_' collisions, null config values, the configs
 themselves (``LogConfig`` rules, INVALID_CONFIG naming the key), then the shape (manual assignments
 versus partitions and replication factor). -1 means the broker default for partitions
-(``num.partitions``) and replication factor (``default.replication.factor``). One node can hold
-one replica, so a replication factor above 1 fails the way Kafka fails when too few brokers are
-registered, and a manual assignment may name this node only.
+(``num.partitions``) and replication factor (``default.replication.factor``). A replication factor
+above the registered brokers fails the way Kafka fails (a single node holds one replica), and a
+manual assignment may name registered brokers only. In a cluster the replicas are spread by Kafka's
+rack-unaware assignment (``strata.cluster.algorithms``) and the topic is written to ZooKeeper.
 
 ``validate_only`` answers exactly as a real creation would (v5+ includes the resulting configs,
 partitions and replication factor), without creating anything.
@@ -36,17 +37,17 @@ MAX_PARTITIONS_PER_BATCH = 10_000
 INVALID_REPLICA_ASSIGNMENT = cast(ErrorCode, KioErrorCode.invalid_replica_assignment)
 
 
-def check_assignment(broker_ids: Any, node_id: int, replication_factor: int | None) -> None:
-    """Kafka's ``validateManualPartitionAssignment`` for a cluster whose only broker is ``node_id``."""
+def check_assignment(broker_ids: Any, brokers: list[int], replication_factor: int | None) -> None:
+    """Kafka's ``validateManualPartitionAssignment`` against the registered ``brokers``."""
     ids = sorted(broker_ids)
     if not ids:
         raise ApiError(INVALID_REPLICA_ASSIGNMENT,
                        "The manual partition assignment includes an empty replica list.")
     for i, b in enumerate(ids):
-        if b != node_id:
+        if b not in brokers:
             raise ApiError(INVALID_REPLICA_ASSIGNMENT,
                            f"The manual partition assignment includes broker {b}, but no such broker is registered "
-                           f"(this cluster has 1 broker, node {node_id}).")
+                           f"(this cluster has {len(brokers)} broker(s): {', '.join(map(str, brokers))}).")
         if i and ids[i - 1] == b:
             raise ApiError(INVALID_REPLICA_ASSIGNMENT,
                            f"The manual partition assignment includes the broker {b} more than once.")
@@ -56,7 +57,7 @@ def check_assignment(broker_ids: Any, node_id: int, replication_factor: int | No
                        f"is not consistent with previous partitions, which have {replication_factor} replica(s).")
 
 
-def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str]]:
+def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str], dict[int, list[int]] | None]:
     """(partitions, replication factor, config overrides) of a valid topic; raises ApiError otherwise."""
     broker = ctx.broker
     name = topic.name
@@ -80,17 +81,20 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str]]:
         if topic.num_partitions != -1:
             raise ApiError(ErrorCode.INVALID_REQUEST,
                            "A manual partition assignment was specified, but numPartitions was not set to -1.")
-        seen: set[int] = set()
+        brokers = [b["node_id"] for b in broker.view.brokers()]
+        manual: dict[int, list[int]] = {}
+        first_rf: int | None = None
         for a in topic.assignments:
-            if a.partition_index in seen:
+            if a.partition_index in manual:
                 raise ApiError(INVALID_REPLICA_ASSIGNMENT,
                                f"Found multiple manual partition assignments for partition {a.partition_index}")
-            check_assignment(a.broker_ids, broker.node_id, 1)
-            seen.add(a.partition_index)
-        if seen != set(range(len(seen))):
+            check_assignment(a.broker_ids, brokers, first_rf)
+            first_rf = len(a.broker_ids) if first_rf is None else first_rf
+            manual[a.partition_index] = list(a.broker_ids)
+        if set(manual) != set(range(len(manual))):
             raise ApiError(INVALID_REPLICA_ASSIGNMENT,
                            "partitions should be a consecutive 0-based integer sequence")
-        return len(seen), 1, configs
+        return len(manual), first_rf or 1, configs, manual
     rf = topic.replication_factor
     if rf < -1 or rf == 0:
         raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -99,12 +103,13 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str]]:
     if partitions < -1 or partitions == 0:
         raise ApiError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
     rf = broker.config.default_replication_factor if rf == -1 else rf
-    if rf > 1:
+    registered = broker.admin.max_replication_factor()
+    if rf > registered:
         raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-                       "cannot be reached because only 1 broker(s) are registered.")
+                       f"cannot be reached because only {registered} broker(s) are registered.")
     partitions = broker.config.num_partitions if partitions == -1 else partitions
-    return partitions, rf, configs
+    return partitions, rf, configs, None
 
 
 def _total_partitions(topics: Any, default_partitions: int) -> int:
@@ -142,10 +147,11 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         if counts[topic.name] > 1:
             continue
         try:
-            partitions, rf, configs = _plan(ctx, topic)
+            partitions, rf, configs, manual = _plan(ctx, topic)
             topic_id = None
             if not validate_only:
-                topic_id = broker.create_topic(topic.name, partitions, configs).topic_id
+                info = await broker.admin.create_topic(topic.name, partitions, rf, configs, manual)
+                topic_id = info.topic_id
         except KafkaError as e:
             results.append(_error(topic.name, e.error_code, str(e)))
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import manager_of
+from strata.broker.group.api import manager_of, owns
 from strata.errors import ErrorCode
 
 DELETE_GROUPS = 42
@@ -17,8 +17,7 @@ DELETE_GROUPS = 42
 @handles(DELETE_GROUPS)
 async def delete_groups(ctx: RequestContext, request: Any) -> Any:
     manager = manager_of(ctx)
-    if manager is None:
-        results = [(g, int(ErrorCode.COORDINATOR_NOT_AVAILABLE)) for g in request.groups_names]
-    else:
-        results = manager.delete_groups(request.groups_names)
+    mine = [g for g in request.groups_names if manager is not None and owns(ctx, g)]
+    done = dict(manager.delete_groups(mine)) if manager is not None and mine else {}
+    results = [(g, done.get(g, int(ErrorCode.COORDINATOR_NOT_AVAILABLE))) for g in request.groups_names]
     return ctx.respond(throttle_time=0, results=[{"group_id": g, "error_code": code} for g, code in results])

@@ -72,6 +72,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
                   for i in sorted((i for i, c in ids.items() if c > 1), key=str)]
 
     deleted = False
+    timeout_s = max(0.0, request.timeout.total_seconds()) if hasattr(request, "timeout") else 30.0
     with broker.logs.deferred_checkpoint():
         for i, (name, topic_id) in enumerate(wanted):
             if i:
@@ -86,7 +87,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, f"No topic with id {topic_id}.")
                 if info.is_internal:
                     raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {info.name}")
-                broker.delete_topic(info.name)
+                await broker.admin.delete_topic(info.name, timeout_s)
             except KafkaError as e:
                 responses.append(_entry(name, topic_id, e.error_code, str(e)))
                 continue

@@ -1,9 +1,10 @@
-"""DescribeCluster: this node is the whole cluster and its controller.
+"""DescribeCluster: the live brokers and the controller, from the broker's cluster view.
 
-Admin clients (KIP-919) may ask for the controller endpoints (``endpoint_type`` 2); a combined
-single node answers with itself either way. The broker entries use DescribeCluster's own field
-name (``broker_id``), not Metadata's ``node_id``. ``cluster_authorized_operations`` is the cluster
-bitmask when asked (see :mod:`strata.broker.handlers.acl_operations`).
+Admin clients (KIP-919) may ask for the controller endpoints (``endpoint_type`` 2); Strata's brokers
+are their own controllers (ZooKeeper mode), so it answers with the brokers either way. The entries
+use DescribeCluster's own field name (``broker_id``), not Metadata's ``node_id``.
+``cluster_authorized_operations`` is the cluster bitmask when asked (see
+:mod:`strata.broker.handlers.acl_operations`).
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ DESCRIBE_CLUSTER = 60
 @handles(DESCRIBE_CLUSTER)
 async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     b = ctx.broker
-    entry = b.broker_entry()
     return ctx.respond(
         throttle_time=0,
         error_code=0,
         error_message=None,
         endpoint_type=getattr(request, "endpoint_type", 1),
         cluster_id=b.cluster_id,
-        controller_id=b.node_id,
-        brokers=[{"broker_id": entry["node_id"], "host": entry["host"], "port": entry["port"],
-                  "rack": entry["rack"], "is_fenced": False}],
+        controller_id=b.view.controller_id(),
+        brokers=[{"broker_id": e["node_id"], "host": e["host"], "port": e["port"], "rack": e["rack"],
+                  "is_fenced": False} for e in b.view.brokers()],
         cluster_authorized_operations=authorized_operations(
             AclResourceType.CLUSTER, requested=request.include_cluster_authorized_operations),
     )

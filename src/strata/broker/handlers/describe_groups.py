@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import manager_of
+from strata.broker.group.api import manager_of, owns
 from strata.broker.handlers.acl_operations import UNKNOWN_OPERATIONS, AclResourceType, authorized_operations
 from strata.errors import ErrorCode
 
@@ -32,7 +32,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
                                 requested=getattr(request, "include_authorized_operations", False))
     out = []
     for group_id in request.groups:
-        if manager is None:
+        if manager is None or not owns(ctx, group_id):
             entry = _dead(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
         else:
             described = manager.describe_group(group_id)

@@ -47,8 +47,16 @@ class _FetchState:
         self.remote_reserved = 0  # budget promised to remote reads still running
 
 
+def replica_id_of(request: Any) -> int:
+    """The fetching follower's broker id (v15+ in ``replica_state``), -1 for consumers."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
 def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsolation, budget: int,
-                    state: _FetchState) -> dict[str, Any]:
+                    state: _FetchState, replica_id: int = -1) -> dict[str, Any]:
     replicas = ctx.broker.replicas
     tp = TopicPartition(name, p.partition)
     out: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
@@ -57,6 +65,8 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
     try:
         plog = replicas.get_log(tp)
         replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
+        if replica_id >= 0:
+            return _read_for_follower(ctx, tp, plog, p, replica_id, budget, state, out)
         # A negative partition_max_bytes (hostile or buggy client) reads like 0: the first batch at most
         # (min_one_message), never a ValueError from the segment read turned into UNKNOWN_SERVER_ERROR.
         max_bytes = max(0, min(p.partition_max_bytes, budget))
@@ -95,10 +105,37 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
     except KafkaError as e:
         state.errors = True
         out["error_code"] = e.error_code
-        plog = replicas.logs.get_log(tp)
+        plog = replicas.local_log(tp)
         if plog is not None:
             out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                        log_start_offset=plog.log_start_offset)
+    return out
+
+
+def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionLog, p: Any, replica_id: int,
+                       budget: int, state: _FetchState, out: dict[str, Any]) -> dict[str, Any]:
+    """A follower's fetch: up to the log end (not the HW), never from the remote tier (it is told
+    OFFSET_MOVED_TO_TIERED_STORAGE and starts its local log at ours), and its fetch offset is its
+    log end offset: the leader's ISR and high watermark move with it."""
+    if plog.log_start_offset <= p.fetch_offset < plog.local_log_start_offset:
+        state.errors = True
+        out.update(error_code=ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, high_watermark=plog.high_watermark,
+                   last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset)
+        return out
+    max_bytes = max(0, min(p.partition_max_bytes, budget))
+    data = plog.read(p.fetch_offset, max_bytes, FetchIsolation.LOG_END, min_one_message=state.bytes == 0)
+    ctx.broker.replicas.update_follower_fetch(tp, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
+    out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
+               log_start_offset=plog.log_start_offset)
+    records = data.records
+    if records is not None and records.size:
+        if records.size < INLINE_BYTES:
+            out["records"] = records.read()
+        else:
+            splice = Splice(records, records.size)
+            state.splices.append(splice)
+            out["records"] = splice.marker
+        state.bytes += records.size
     return out
 
 
@@ -106,6 +143,7 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation) -> t
                                                                                    list[TopicPartition]]:
     topics = ctx.broker.topics
     state = _FetchState()
+    replica_id = replica_id_of(request)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     responses = []
     tps = []
@@ -123,7 +161,7 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation) -> t
             parts = []
             for p in t.partitions:
                 budget = max(0, max_bytes - state.bytes - state.remote_reserved)
-                parts.append(_read_partition(ctx, info.name, p, isolation, budget, state))
+                parts.append(_read_partition(ctx, info.name, p, isolation, budget, state, replica_id))
                 tps.append(TopicPartition(info.name, p.partition))
         responses.append({"topic": name if name is not None else (info.name if info else ""),
                           "topic_id": info.topic_id if info else topic_id, "partitions": parts})
@@ -178,6 +216,8 @@ async def _complete_remote_reads(ctx: RequestContext, state: _FetchState) -> Non
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     isolation = FetchIsolation.TXN_COMMITTED if getattr(request, "isolation_level", 0) == READ_COMMITTED \
         else FetchIsolation.HIGH_WATERMARK
+    if replica_id_of(request) >= 0:
+        isolation = FetchIsolation.LOG_END
     max_wait_s = max(0.0, request.max_wait.total_seconds())
     deadline = time.monotonic() + max_wait_s
     while True:

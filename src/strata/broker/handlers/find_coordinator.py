@@ -1,4 +1,7 @@
-"""FindCoordinator: this broker coordinates every group; there is no transaction coordinator yet.
+"""FindCoordinator: the group's coordinator; there is no transaction coordinator yet.
+
+A single node coordinates every group. In a cluster the coordinator is the leader of the group's
+``__consumer_offsets`` partition (the topic is created here on first use, as Kafka does).
 
 v0-v3 ask for one key, v4+ for a batch (``coordinator_keys``). Key type 0 (group) answers with this
 broker; key type 1 (transaction) and 2 (share group) get COORDINATOR_NOT_AVAILABLE, which clients
@@ -11,6 +14,7 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of
+from strata.broker.group.coordinator import OFFSETS_TOPIC
 from strata.errors import ErrorCode
 
 FIND_COORDINATOR = 10
@@ -19,11 +23,23 @@ TRANSACTION_KEY = 1
 SHARE_KEY = 2
 
 
-def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
+async def _group_coordinator(ctx: RequestContext, key: str) -> dict[str, Any] | None:
+    """The leader of the group's ``__consumer_offsets`` partition (this node on a single node)."""
+    groups = ctx.broker.groups
+    if not groups.clustered:
+        return ctx.broker.broker_entry()
+    if not await groups.ensure_topic():
+        return None
+    view = ctx.broker.view.partition(OFFSETS_TOPIC, groups.partition_for(key))
+    return ctx.broker.view.broker(view.leader) if view.leader >= 0 else None
+
+
+async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
     code: int = ErrorCode.NONE
     message = None
+    entry = None
     if key_type == GROUP_KEY:
-        if manager_of(ctx) is None:
+        if manager_of(ctx) is None or (entry := await _group_coordinator(ctx, key)) is None:
             code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group coordinator is not available."
     elif key_type in (TRANSACTION_KEY, SHARE_KEY):
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -33,7 +49,7 @@ def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
         code, message = ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}"
     if code:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
-    entry = ctx.broker.broker_entry()
+    assert entry is not None
     return {"key": key, "node_id": entry["node_id"], "host": entry["host"], "port": entry["port"],
             "error_code": ErrorCode.NONE, "error_message": None}
 
@@ -43,7 +59,7 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", GROUP_KEY)
     if ctx.version >= 4:
         return ctx.respond(throttle_time=0,
-                           coordinators=[_lookup(ctx, key_type, key) for key in request.coordinator_keys])
-    found = _lookup(ctx, key_type, request.key)
+                           coordinators=[await _lookup(ctx, key_type, key) for key in request.coordinator_keys])
+    found = await _lookup(ctx, key_type, request.key)
     del found["key"]
     return ctx.respond(throttle_time=0, **found)

@@ -13,7 +13,7 @@ HEARTBEAT = 12
 
 @handles(HEARTBEAT)
 async def heartbeat(ctx: RequestContext, request: Any) -> Any:
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, request.group_id)
     if manager is None:
         return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     code = manager.heartbeat(request.group_id, request.member_id, getattr(request, "group_instance_id", None),

@@ -20,5 +20,5 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         return ctx.respond(throttle_time=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                            producer_id=-1, producer_epoch=-1)
-    return ctx.respond(throttle_time=0, error_code=0, producer_id=ctx.broker.producer_ids.generate(),
+    return ctx.respond(throttle_time=0, error_code=0, producer_id=await ctx.broker.producer_ids.next_id(),
                        producer_epoch=0)

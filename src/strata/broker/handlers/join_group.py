@@ -28,7 +28,7 @@ def _answer(ctx: RequestContext, result: dict[str, Any]) -> Any:
 
 @handles(JOIN_GROUP)
 async def join_group(ctx: RequestContext, request: Any) -> Any:
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, request.group_id)
     if manager is None:
         return _answer(ctx, join_error(request.member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))
     session = millis(request.session_timeout)

@@ -18,7 +18,7 @@ BATCH_VERSION = 3
 
 @handles(LEAVE_GROUP)
 async def leave_group(ctx: RequestContext, request: Any) -> Any:
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, request.group_id)
     if ctx.version >= BATCH_VERSION:
         members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members]
     else:

@@ -1,8 +1,12 @@
 """Metadata: brokers, and each topic's partitions with leader, epoch, replicas and ISR.
 
 With ``auto.create.topics.enable`` and the client allowing it, an unknown topic is created with
-``num.partitions`` (Kafka answers LEADER_NOT_AVAILABLE once while the controller works; a single
-node creates the logs synchronously, so the first answer is already complete).
+``num.partitions`` and ``default.replication.factor`` (at most the live brokers). Kafka answers
+LEADER_NOT_AVAILABLE once while the controller works; Strata waits (bounded) until the topic's
+partition states reached this broker, so the first answer is usually complete.
+
+Brokers, controller and partition leadership come from the broker's cluster view: the node itself
+on a single node, the ZooKeeper metadata cache in a cluster.
 
 Authorized operations (v8+), when asked: every topic entry named in the answer carries the topic
 bitmask (an unknown name too, as in Kafka; an unknown topic id keeps the "not requested" value),
@@ -21,20 +25,22 @@ from strata.errors import ApiError, ErrorCode
 METADATA = 3
 
 
+def partition_entry(ctx: RequestContext, topic: str, p: int) -> dict[str, Any]:
+    """Leader, epoch, replicas, ISR and offline replicas as the cluster view has them; a partition
+    without a live leader answers LEADER_NOT_AVAILABLE (clients retry), as Kafka's does."""
+    view = ctx.broker.view.partition(topic, p)
+    return {"error_code": ErrorCode.NONE if view.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p, "leader_id": view.leader, "leader_epoch": view.leader_epoch,
+            "replica_nodes": list(view.replicas), "isr_nodes": list(view.isr), "offline_replicas": list(view.offline)}
+
+
 def topic_entry(ctx: RequestContext, info: TopicInfo, authorized_ops: int = UNKNOWN_OPERATIONS) -> dict[str, Any]:
-    node = ctx.broker.node_id
-    replicas = ctx.broker.replicas
     return {
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": info.is_internal,
-        "partitions": [
-            {"error_code": 0, "partition_index": p, "leader_id": node,
-             "leader_epoch": replicas.leader_epoch_of(info.name, p), "replica_nodes": [node], "isr_nodes": [node],
-             "offline_replicas": []}
-            for p in range(info.partitions)
-        ],
+        "partitions": [partition_entry(ctx, info.name, p) for p in range(info.partitions)],
         "topic_authorized_operations": authorized_ops,
     }
 
@@ -62,7 +68,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
             info = topics.get(name) if name is not None else topics.by_id(wanted.topic_id)
             if info is None and name is not None and allow_create:
                 try:
-                    info = broker.create_topic(name, broker.config.num_partitions, {})
+                    rf = min(broker.config.default_replication_factor, broker.admin.max_replication_factor())
+                    info = await broker.admin.create_topic(name, broker.config.num_partitions, rf, {})
                 except ApiError as e:
                     entries.append(error_entry(name, e.error_code, authorized_ops=ops))
                     continue
@@ -74,9 +81,9 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                 entries.append(topic_entry(ctx, info, ops))
     return ctx.respond(
         throttle_time=0,
-        brokers=[broker.broker_entry()],
+        brokers=broker.view.brokers(),
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.view.controller_id(),
         topics=entries,
         cluster_authorized_operations=authorized_operations(  # v8-v10 only: later versions drop both fields
             AclResourceType.CLUSTER, requested=getattr(request, "include_cluster_authorized_operations", False)),

@@ -16,12 +16,13 @@ from strata.broker.group.manager import CommitRequest
 from strata.errors import ErrorCode
 
 OFFSET_COMMIT = 8
+DURABLE_TIMEOUT_S = 5.0
 
 
 @handles(OFFSET_COMMIT)
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     topics = ctx.broker.topics
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, request.group_id)
     errors: dict[tuple[int, int], int] = {}  # (topic index, partition index in request) -> error
     wanted: list[tuple[str, int, int, int, str | None]] = []
     where: dict[tuple[int, int], tuple[str, int]] = {}
@@ -50,8 +51,10 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
             api_version=ctx.version,
             partitions=wanted,
         ))
+        durable = await ctx.broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S)
         for pos, key in where.items():
-            errors[pos] = results[key]
+            # Kafka's storeOffsets: a write the ISR did not take in time is COORDINATOR_NOT_AVAILABLE (retried)
+            errors[pos] = results[key] or (ErrorCode.COORDINATOR_NOT_AVAILABLE if durable else ErrorCode.NONE)
     return ctx.respond(throttle_time=0, topics=[
         {"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
          "partitions": [{"partition_index": p.partition_index, "error_code": errors[(ti, pi)]}

@@ -18,7 +18,7 @@ OFFSET_DELETE = 47
 
 @handles(OFFSET_DELETE)
 async def offset_delete(ctx: RequestContext, request: Any) -> Any:
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, request.group_id)
     if manager is None:
         return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, topics=[])
     registry = ctx.broker.topics

@@ -29,7 +29,7 @@ def _missing(partition: int, code: int) -> dict[str, Any]:
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
     """(group error, response topics) for one group; topics carry both name and id (the version keeps one)."""
     registry = ctx.broker.topics
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, group_id)
     requested: list[tuple[str, list[int]]] | None = None
     unknown_ids: list[tuple[Any, list[int]]] = []
     if topics is not None:

@@ -1,12 +1,15 @@
 """Produce: validate and append each partition's batches; errors are per partition.
 
-acks 1 and -1 are the same on a single node (the ISR is the leader). acks=0 gets no response;
+acks=1 answers after the leader's append; acks=-1 (all) is refused before the append while the ISR
+is smaller than ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and otherwise waits until the high
+watermark covers the append (a single node answers at once: its ISR is itself). acks=0 gets no response;
 if such a request fails, the connection is closed instead, which is how Kafka tells a
 fire-and-forget producer to refresh its metadata.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -41,6 +44,33 @@ def _partition_error(index: int, code: int, message: str | None, batch_error: bo
             "record_errors": errors, "error_message": message}
 
 
+async def _wait_for_isr(ctx: RequestContext, waiting: list[tuple[TopicPartition, int, dict[str, Any]]],
+                       timeout_s: float) -> bool:
+    """acks=all: Kafka's DelayedProduce, every appended partition at once, at most ``timeout_ms``.
+
+    A partition whose high watermark already covers the append (one replica, or followers that were
+    quick) answers at once; the others as their ISR catches up, or with the error that ended the wait.
+    """
+    replicas = ctx.broker.replicas
+    codes = await asyncio.gather(*(replicas.wait_for_replication(tp, offset, timeout_s)
+                                   for tp, offset, _ in waiting))
+    failed = False
+    for (tp, _, part), code in zip(waiting, codes, strict=True):
+        if code:
+            failed = True
+            part.update(error_code=code, base_offset=-1, log_append_time=-1, log_start_offset=-1,
+                        error_message=_WAIT_ERRORS.get(code, "").format(tp=tp) or None)
+    return failed
+
+
+_WAIT_ERRORS = {
+    ErrorCode.REQUEST_TIMED_OUT: "Timed out waiting for the in-sync replicas of {tp} to acknowledge the append",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "Written to the leader of {tp}, but the ISR shrank below "
+                                                "min.insync.replicas before the followers caught up",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "Leadership of {tp} moved while waiting for the in-sync replicas",
+}
+
+
 @handles(PRODUCE)
 async def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
@@ -48,6 +78,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     failed = False
     topics_out = []
+    waiting: list[tuple[TopicPartition, int, dict[str, Any]]] = []
     for topic in request.topic_data:
         name = getattr(topic, "name", None)
         info = broker.topics.get(name) if name else broker.topics.by_id(getattr(topic, "topic_id", None))
@@ -70,8 +101,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 parts.append(_partition_error(index, ErrorCode.INVALID_RECORD, "produce request carried no records",
                                               batch_error=True))
                 continue
+            tp = TopicPartition(info.name, index)
             try:
-                result = broker.replicas.append(TopicPartition(info.name, index), records)
+                result = broker.replicas.append(tp, records, required_acks=acks)
             except KafkaError as e:
                 if isinstance(e, KafkaStorageError):
                     log.error("append to %s-%d failed: %s", info.name, index, e)
@@ -85,13 +117,18 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 continue
             topic_stats.BytesInPerSec.mark(info.name, len(records))
             topic_stats.MessagesInPerSec.mark(info.name, result.num_messages)
-            parts.append({"index": index, "error_code": 0, "base_offset": result.first_offset,
-                          "log_append_time": result.log_append_time, "log_start_offset": result.log_start_offset,
-                          "record_errors": [], "error_message": None})
+            part = {"index": index, "error_code": 0, "base_offset": result.first_offset,
+                    "log_append_time": result.log_append_time, "log_start_offset": result.log_start_offset,
+                    "record_errors": [], "error_message": None}
+            parts.append(part)
+            if acks == -1:
+                waiting.append((tp, result.last_offset + 1, part))
         failed = failed or any(p["error_code"] for p in parts)
         topics_out.append({"name": name if name else (info.name if info else ""),
                            "topic_id": info.topic_id if info else getattr(topic, "topic_id", None),
                            "partition_responses": parts})
+    if waiting:
+        failed = await _wait_for_isr(ctx, waiting, max(0.0, request.timeout.total_seconds())) or failed
     if acks == 0:
         if failed:
             raise CloseConnection("an acks=0 produce failed: closing so the producer refreshes metadata")

@@ -18,7 +18,7 @@ SYNC_GROUP = 14
 
 @handles(SYNC_GROUP)
 async def sync_group(ctx: RequestContext, request: Any) -> Any:
-    manager = manager_of(ctx)
+    manager = manager_of(ctx, request.group_id)
     if manager is None:
         return ctx.respond(throttle_time=0, **sync_response(ErrorCode.COORDINATOR_NOT_AVAILABLE))
     req = SyncRequest(
@@ -32,4 +32,13 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
     )
     fut, respond = parked()
     manager.sync_group(req, respond)
-    return ctx.respond(throttle_time=0, **await fut)
+    answer = await fut
+    if req.assignments and not answer.get("error_code"):
+        # the leader's sync stored the assignment: answered once the ISR has it (a cluster's acks=all)
+        code = await ctx.broker.groups.durable(req.group_id, DURABLE_TIMEOUT_S)
+        if code:
+            answer = sync_response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return ctx.respond(throttle_time=0, **answer)
+
+
+DURABLE_TIMEOUT_S = 5.0

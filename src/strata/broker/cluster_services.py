@@ -1,0 +1,244 @@
+"""What handlers ask about the cluster, and how they change topics: one interface, two worlds.
+
+:class:`ClusterView` answers "which brokers, which controller, who leads this partition" and
+:class:`TopicAdmin` creates, deletes, grows and reconfigures topics. A single node answers from
+itself and changes its local registry synchronously; a cluster node answers from its ZooKeeper
+metadata cache and writes Kafka's znodes, then waits (bounded) until the change reached this
+broker's own view, so a client that asks the same broker right after sees what it did.
+Handlers never branch on the mode: they hold one of each (the narrow services the layering asks
+for, instead of reaching into the ``Broker`` object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from strata.common import TopicPartition
+from strata.errors import ApiError, ErrorCode
+
+if TYPE_CHECKING:
+    from strata.broker.server import Broker
+    from strata.broker.topics import TopicInfo
+    from strata.cluster.node import ClusterNode
+
+PROPAGATION_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]
+
+
+class ClusterView(Protocol):
+    def brokers(self) -> list[dict[str, Any]]: ...
+    def controller_id(self) -> int: ...
+    def partition(self, topic: str, partition: int) -> PartitionView: ...
+    def broker(self, node_id: int) -> dict[str, Any] | None: ...
+
+
+class TopicAdmin(Protocol):
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
+                           ) -> TopicInfo: ...
+    async def delete_topic(self, name: str, timeout_s: float) -> None: ...
+    async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None: ...
+    async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None: ...
+    def max_replication_factor(self) -> int: ...
+    async def elect_leaders(self, election_type: int, tps: list[TopicPartition]) -> dict[TopicPartition, Result]: ...
+    async def alter_reassignments(self, targets: dict[TopicPartition, list[int] | None]
+                                  ) -> dict[TopicPartition, Result]: ...
+    def reassignments(self) -> dict[TopicPartition, Reassignment]: ...
+
+
+Result = tuple[int, str | None]  # (error code, message) of one partition
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+# -- a single node ----------------------------------------------------------------------------------
+
+
+class SingleNodeView:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def brokers(self) -> list[dict[str, Any]]:
+        return [self._broker.broker_entry()]
+
+    def broker(self, node_id: int) -> dict[str, Any] | None:
+        entry = self._broker.broker_entry()
+        return entry if node_id == entry["node_id"] else None
+
+    def controller_id(self) -> int:
+        return self._broker.node_id
+
+    def partition(self, topic: str, partition: int) -> PartitionView:
+        node = self._broker.node_id
+        return PartitionView(node, self._broker.replicas.leader_epoch_of(topic, partition), (node,), (node,), ())
+
+
+class LocalTopicAdmin:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def max_replication_factor(self) -> int:
+        return 1
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
+                           ) -> TopicInfo:
+        return self._broker.create_topic(name, partitions, dict(configs))
+
+    async def delete_topic(self, name: str, timeout_s: float) -> None:
+        self._broker.delete_topic(name)
+
+    async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None:
+        self._broker.add_partitions(name, count)
+
+    async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        self._broker.set_topic_configs(name, overrides)
+
+    async def elect_leaders(self, election_type: int, tps: list[TopicPartition]) -> dict[TopicPartition, Result]:
+        """One replica is always the preferred leader and in sync: nothing to elect."""
+        return {tp: (ErrorCode.ELECTION_NOT_NEEDED, None) if self._exists(tp)
+                else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The partition {tp} does not exist.") for tp in tps}
+
+    async def alter_reassignments(self, targets: dict[TopicPartition, list[int] | None]
+                                  ) -> dict[TopicPartition, Result]:
+        node = self._broker.node_id
+        out: dict[TopicPartition, Result] = {}
+        for tp, target in targets.items():
+            if not self._exists(tp):
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The partition {tp} does not exist.")
+            elif target is None:
+                out[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment in progress")
+            elif list(target) != [node]:
+                out[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"The proposed replica assignment {list(target)} names brokers that are not registered "
+                           f"(this cluster has 1 broker: {node})")
+            else:
+                out[tp] = (ErrorCode.NONE, None)
+        return out
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        return {}
+
+    def _exists(self, tp: TopicPartition) -> bool:
+        info = self._broker.topics.get(tp.topic)
+        return info is not None and 0 <= tp.partition < info.partitions
+
+
+# -- a cluster node ---------------------------------------------------------------------------------
+
+
+class ZkClusterView:
+    def __init__(self, node: ClusterNode) -> None:
+        self._node = node
+
+    def brokers(self) -> list[dict[str, Any]]:
+        return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in self._node.brokers()]
+
+    def broker(self, node_id: int) -> dict[str, Any] | None:
+        return next((b for b in self.brokers() if b["node_id"] == node_id), None)
+
+    def controller_id(self) -> int:
+        return self._node.controller_id()
+
+    def partition(self, topic: str, partition: int) -> PartitionView:
+        cache = self._node.metadata
+        tp = TopicPartition(topic, partition)
+        replicas = cache.replicas(tp)
+        state = cache.states.get(tp)
+        live = cache.brokers
+        offline = tuple(r for r in replicas if r not in live)
+        if state is None:
+            return PartitionView(-1, -1, replicas, (), offline)
+        leader = state.leader if state.leader in live else -1
+        return PartitionView(leader, state.leader_epoch, replicas, state.isr, offline)
+
+
+class ZkTopicAdmin:
+    def __init__(self, broker: Broker, node: ClusterNode) -> None:
+        self._broker = broker
+        self._node = node
+
+    def max_replication_factor(self) -> int:
+        return len(self._node.metadata.brokers)
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
+                           ) -> TopicInfo:
+        node = self._node
+        plan = node.assignment_for(partitions, replication_factor, assignment)
+        topic_id = await node.create_topic(name, plan, configs)
+        topics = self._broker.topics
+
+        def visible() -> bool:
+            info = topics.get(name)
+            cache = node.metadata
+            return info is not None and info.topic_id == topic_id and all(
+                TopicPartition(name, p) in cache.states for p in range(len(plan)))
+
+        await node.wait_for(visible, PROPAGATION_TIMEOUT_S)
+        info = topics.get(name)
+        if info is None:
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"Topic '{name}' was created but has not reached this "
+                                                        "broker yet")
+        return info
+
+    async def delete_topic(self, name: str, timeout_s: float) -> None:
+        """Kafka answers once the topic is gone everywhere, or REQUEST_TIMED_OUT (the deletion goes on)."""
+        await self._node.delete_topic(name)
+        cache = self._node.metadata
+        if not await self._node.wait_for(lambda: name not in cache.topics, timeout_s):
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
+                           f"Deletion of topic '{name}' is in progress (a replica's broker may be down)")
+
+    async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None:
+        await self._node.add_partitions(name, count, assignment)
+        cache = self._node.metadata
+        await self._node.wait_for(lambda: all(TopicPartition(name, p) in cache.states for p in range(count)),
+                                  PROPAGATION_TIMEOUT_S)
+
+    async def elect_leaders(self, election_type: int, tps: list[TopicPartition]) -> dict[TopicPartition, Result]:
+        """Run by the controller (Kafka sends ElectLeaders there): NOT_CONTROLLER elsewhere, and the
+        admin client asks the controller the metadata names."""
+        outcome = await self._controller_call("elect_leaders", (election_type, tps))
+        return {tp: (code, message) for tp, (code, message) in outcome.results.items()}
+
+    async def alter_reassignments(self, targets: dict[TopicPartition, list[int] | None]
+                                  ) -> dict[TopicPartition, Result]:
+        return await self._controller_call("reassign", targets)
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        out = {}
+        for topic, assignment in self._node.metadata.topics.items():
+            for p, a in assignment.partitions.items():
+                if a.is_being_reassigned:
+                    out[TopicPartition(topic, p)] = Reassignment(a.replicas, a.adding_replicas, a.removing_replicas)
+        return out
+
+    async def _controller_call(self, kind: str, payload: Any) -> Any:
+        from strata.cluster.controller import NotControllerError
+
+        try:
+            return await self._node.controller.call(kind, payload)
+        except NotControllerError as e:
+            raise ApiError(ErrorCode.NOT_CONTROLLER, str(e)) from None
+
+    async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        await self._node.set_topic_configs(name, overrides)
+        topics = self._broker.topics
+        await self._node.wait_for(lambda: (info := topics.get(name)) is not None and info.configs == overrides,
+                                  PROPAGATION_TIMEOUT_S)

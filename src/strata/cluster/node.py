@@ -1,0 +1,342 @@
+"""This broker's membership of the cluster: session, registration, metadata cache, controller, admin.
+
+The broker (``strata.broker.server``) composes one :class:`ClusterNode` when
+``zookeeper.connect`` is set and talks to it through the small methods below; handlers use it
+through the broker's cluster view and topic-admin services. Topic administration writes
+Kafka's znodes (``AdminZkClient``): a new topic is ``/config/topics/<t>`` then
+``/brokers/topics/<t>`` with its assignment (the controller then creates the partition states);
+a deletion is ``/admin/delete_topics/<t>``; a config change rewrites ``/config/topics/<t>`` and
+adds a ``/config/changes`` notification. Any broker accepts them (ZooKeeper-mode Kafka sent
+CreateTopics to the controller; with conditional znode creation any broker can write them safely).
+
+Session loss (a long GC pause, SIGSTOP, a partition from ZooKeeper) is the zombie case: the
+session's ephemerals are gone, the controller has elected other leaders. On LOST the node tells
+the replica manager to refuse acks=all appends until it has re-registered and re-read the state
+of every partition it led; a follower of the new leader never fetches from it again, so nothing
+it accepts meanwhile can become committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from strata.cluster import algorithms
+from strata.cluster.controller import KafkaController
+from strata.cluster.metadata import MetadataCache, MetadataListener
+from strata.cluster.registration import create_or_get_cluster_id, register_broker
+from strata.cluster.zk import AsyncZk, MultiError, Op, SessionState, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
+from strata.cluster.znodes import (
+    PERSISTENT_PATHS,
+    BrokerRegistration,
+    ConfigEntityChangeNotificationZNode,
+    ConfigEntityZNode,
+    DeleteTopicsZNode,
+    Endpoint,
+    LeaderAndIsr,
+    LeaderRecoveryState,
+    ProducerIdBlockZNode,
+    ProducerIdsBlock,
+    ReplicaAssignment,
+    TopicPartitionStateZNode,
+    TopicZNode,
+)
+from strata.common import TopicPartition
+from strata.config.cluster_config import ClusterConfig
+from strata.errors import ApiError, ErrorCode
+from strata.replication.partition import PartitionState
+
+log = logging.getLogger(__name__)
+
+
+def partition_state(state: LeaderAndIsr, assignment: ReplicaAssignment | None) -> PartitionState:
+    """The replication layer's view of a state znode and its assignment."""
+    a = assignment or ReplicaAssignment(())
+    return PartitionState(state.leader, state.leader_epoch, state.isr, a.replicas, state.partition_epoch,
+                          state.controller_epoch, int(state.leader_recovery_state), a.adding_replicas,
+                          a.removing_replicas)
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class ClusterNode:
+    def __init__(self, config: ClusterConfig, broker_id: int, host: str, port: int) -> None:
+        assert config.zookeeper_connect is not None
+        self.config = config
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.zk = AsyncZk(config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
+                          connection_timeout_ms=config.zookeeper_connection_timeout_ms)
+        self.metadata = MetadataCache(self.zk)
+        self.controller = KafkaController(self.zk, broker_id, config)
+        self.cluster_id = ""
+        self.broker_epoch = -1
+        self.registered = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self.on_session_lost: list[Any] = []
+        self.on_reregistered: list[Any] = []
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def connect(self, proposed_cluster_id: str | None) -> str:
+        """Session, persistent paths and ``/cluster/id``; raises ZkUnavailableError after the timeout."""
+        await self.zk.start()
+        for path in PERSISTENT_PATHS:
+            await self.zk.ensure_path(path)
+        self.cluster_id = await create_or_get_cluster_id(self.zk, proposed_cluster_id)
+        self.zk.add_state_listener(self._on_session)
+        return self.cluster_id
+
+    async def start_metadata(self, listener: MetadataListener) -> None:
+        self.metadata.listeners.append(listener)
+        await self.metadata.start()
+
+    async def register(self) -> None:
+        """Publish this broker (after its listener is up: peers fetch from it at once) and join the
+        controller election."""
+        self.broker_epoch = await register_broker(self.zk, self._registration(),
+                                                  wait_s=self.config.zookeeper_session_timeout_ms / 1000 + 2)
+        self.registered.set()
+        log.info("registered as broker %d in ZooKeeper (broker epoch %d, cluster %s)", self.broker_id,
+                 self.broker_epoch, self.cluster_id)
+        await self.controller.start()
+        self.controller.enqueue("elect")
+
+    def _registration(self) -> BrokerRegistration:
+        return BrokerRegistration(self.broker_id, (Endpoint("PLAINTEXT", self.host, self.port),),
+                                  rack=self.config.broker_rack, timestamp_ms=int(time.time() * 1000))
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.controller.stop()
+        self.metadata.stop()
+        await self.zk.close()
+
+    def _on_session(self, state: SessionState) -> None:
+        if self._closing:
+            return
+        if state == SessionState.LOST:
+            log.warning("ZooKeeper session expired: this broker's registration and leaderships are gone; "
+                        "acks=all appends are refused until it has re-registered")
+            self.registered.clear()
+            for fn in self.on_session_lost:
+                fn()
+        elif state == SessionState.CONNECTED and not self.registered.is_set() and self.broker_epoch >= 0:
+            self._spawn(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            self.broker_epoch = await register_broker(self.zk, self._registration(),
+                                                      wait_s=self.config.zookeeper_session_timeout_ms / 1000 + 2)
+        except Exception as e:  # noqa: BLE001 - the next CONNECTED retries
+            log.error("re-registration failed: %s", e)
+            return
+        self.registered.set()
+        log.info("re-registered as broker %d (broker epoch %d)", self.broker_id, self.broker_epoch)
+        for fn in self.on_reregistered:
+            fn()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def controlled_shutdown(self, timeout_s: float) -> int:
+        """Ask the controller to move leadership away (Kafka's controlled shutdown) and wait until no
+        partition with another replica is led here; returns how many still are after ``timeout_s``."""
+        from strata.cluster.controller import CONTROLLED_SHUTDOWN_PATH
+
+        cache = self.metadata
+
+        def still_leading() -> int:
+            # led here with another live ISR member that could take over
+            return sum(1 for s in cache.states.values()
+                       if s.leader == self.broker_id and any(r != self.broker_id and r in cache.brokers
+                                                             for r in s.isr))
+
+        if not self.registered.is_set() or not still_leading():
+            return 0
+        try:
+            await self.zk.create(f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker_id}", ephemeral=True, makepath=True)
+        except ZkNodeExistsError:
+            pass
+        await self.wait_for(lambda: not still_leading(), timeout_s)
+        return still_leading()
+
+    # -- the cluster view ---------------------------------------------------------------------
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        out = []
+        for broker_id, reg in sorted(self.metadata.brokers.items()):
+            ep = reg.endpoint("PLAINTEXT")
+            if ep is not None:
+                out.append(BrokerEndpoint(broker_id, ep.host or "127.0.0.1", ep.port, reg.rack))
+        return out
+
+    def controller_id(self) -> int:
+        return self.metadata.controller_id
+
+    async def read_partition_state(self, tp: TopicPartition) -> LeaderAndIsr | None:
+        got = await self.zk.get_or_none(TopicPartitionStateZNode.path(tp.topic, tp.partition))
+        return None if got is None else TopicPartitionStateZNode.decode(got[0], got[1].version)
+
+    # -- ISR changes by a leader (``ZkAlterPartitionManager``) ------------------------------------
+
+    async def write_isr(self, tp: TopicPartition, proposed: PartitionState) -> PartitionState | None:
+        """The leader's own ISR change: the state znode written on the condition that it is still the
+        version the leader knows (a new leader epoch or a controller change makes it lose); the
+        leader epoch is not bumped (Kafka: leader ISR changes only bump the partition epoch)."""
+        if not self.registered.is_set():
+            return None
+        state = LeaderAndIsr(proposed.leader, proposed.leader_epoch, tuple(proposed.isr), proposed.controller_epoch,
+                             LeaderRecoveryState(proposed.leader_recovery_state), proposed.partition_epoch)
+        if state.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(state.isr) > 1:
+            state = replace(state, leader_recovery_state=LeaderRecoveryState.RECOVERED)
+        path = TopicPartitionStateZNode.path(tp.topic, tp.partition)
+        try:
+            stat = await self.zk.set(path, TopicPartitionStateZNode.encode(state), proposed.partition_epoch)
+        except (ZkBadVersionError, ZkNoNodeError):
+            return None
+        return replace(proposed, isr=state.isr, partition_epoch=stat.version,
+                       leader_recovery_state=int(state.leader_recovery_state))
+
+    # -- topic administration (AdminZkClient) -------------------------------------------------
+
+    def assignment_for(self, num_partitions: int, replication_factor: int,
+                       manual: Mapping[int, Sequence[int]] | None) -> dict[int, list[int]]:
+        brokers = self.metadata.live_brokers()
+        try:
+            if manual:
+                algorithms.validate_topic_assignment(manual)
+                unknown = {b for r in manual.values() for b in r} - set(brokers)
+                if unknown:
+                    raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                   f"Unknown broker(s) in the replica assignment: {sorted(unknown)}")
+                return {p: list(r) for p, r in manual.items()}
+            return algorithms.assign_replicas_to_brokers(brokers, num_partitions, replication_factor)
+        except algorithms.InvalidReplicationFactorError as e:
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+        except algorithms.InvalidPartitionsError as e:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, str(e)) from None
+        except algorithms.AssignmentError as e:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from None
+
+    async def create_topic(self, name: str, assignment: Mapping[int, Sequence[int]], configs: Mapping[str, str],
+                           topic_id: uuid.UUID | None = None) -> uuid.UUID:
+        """``createTopicWithAssignment``: configs first (a reader of the topic znode finds them), then the
+        topic znode; an existing topic znode means TOPIC_ALREADY_EXISTS."""
+        if name in self.metadata.topics or await self.zk.exists(TopicZNode.path(name)) is not None:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if await self.zk.exists(DeleteTopicsZNode.path(name)) is not None:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
+        topic_id = topic_id or uuid.uuid4()
+        config_path = ConfigEntityZNode.topic_path(name)
+        data = ConfigEntityZNode.encode(dict(configs))
+        try:
+            await self.zk.create(config_path, data, makepath=True)
+        except ZkNodeExistsError:
+            await self.zk.set(config_path, data)
+        try:
+            await self.zk.create(TopicZNode.path(name), TopicZNode.encode(topic_id, assignment))
+        except ZkNodeExistsError:
+            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        return topic_id
+
+    async def delete_topic(self, name: str) -> None:
+        if name not in self.metadata.topics and await self.zk.exists(TopicZNode.path(name)) is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        try:
+            await self.zk.create(DeleteTopicsZNode.path(name))
+        except ZkNodeExistsError:
+            pass
+
+    async def acknowledge_deletion(self, name: str) -> None:
+        """This broker has deleted its replicas of ``name``: the controller completes the deletion
+        when every replica has said so."""
+        try:
+            await self.zk.create(f"{DeleteTopicsZNode.path(name)}/{self.broker_id}")
+        except (ZkNodeExistsError, ZkNoNodeError):
+            pass
+
+    async def add_partitions(self, name: str, total: int, manual: Sequence[Sequence[int]] | None) -> None:
+        got = await self.zk.get_or_none(TopicZNode.path(name))
+        if got is None:
+            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        data, stat = got
+        topic = TopicZNode.decode(name, data)
+        existing = {p: a.replicas for p, a in topic.partitions.items()}
+        proposed = {len(existing) + i: list(r) for i, r in enumerate(manual)} if manual else None
+        try:
+            new = algorithms.add_partitions_assignment(name, existing, self.metadata.live_brokers(), total, proposed)
+        except algorithms.InvalidPartitionsError as e:
+            raise ApiError(ErrorCode.INVALID_PARTITIONS, str(e)) from None
+        except algorithms.InvalidReplicationFactorError as e:
+            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, str(e)) from None
+        except algorithms.AssignmentError as e:
+            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from None
+        partitions: dict[int, ReplicaAssignment | Sequence[int]] = dict(topic.partitions)
+        partitions.update(new)
+        try:
+            await self.zk.set(TopicZNode.path(name), TopicZNode.encode(topic.topic_id, partitions), stat.version)
+        except ZkBadVersionError:
+            raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"Topic '{name}' changed meanwhile; retry") from None
+
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """``changeTopicConfig``: the overrides, then a change notification every broker watches."""
+        path = ConfigEntityZNode.topic_path(name)
+        data = ConfigEntityZNode.encode(dict(configs))
+        try:
+            await self.zk.set(path, data)
+        except ZkNoNodeError:
+            await self.zk.create(path, data, makepath=True)
+        await self.zk.create(ConfigEntityChangeNotificationZNode.CREATE_PATH,
+                             ConfigEntityChangeNotificationZNode.encode(
+                                 ConfigEntityChangeNotificationZNode.entity_path("topics", name)), sequence=True)
+
+    async def wait_for(self, predicate: Any, timeout_s: float) -> bool:
+        """Wait (polling the local cache, which follows ZooKeeper within milliseconds) until ``predicate()``."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    # -- producer ids (``ZkProducerIdManager``) -----------------------------------------------
+
+    async def allocate_producer_ids(self) -> ProducerIdsBlock:
+        """The next block of producer ids: ``/latest_producer_id_block`` advanced with a conditional write,
+        so two brokers never get the same block."""
+        for _ in range(100):
+            got = await self.zk.get_or_none(ProducerIdBlockZNode.PATH)
+            if got is None or not got[0]:
+                first, version = 0, got[1].version if got else -1
+            else:
+                first, version = ProducerIdBlockZNode.decode(got[0]).next_block_first_id, got[1].version
+            block = ProducerIdsBlock(self.broker_id, first, ProducerIdsBlock.BLOCK_SIZE)
+            try:
+                if got is None:
+                    await self.zk.create(ProducerIdBlockZNode.PATH, ProducerIdBlockZNode.encode(block))
+                else:
+                    await self.zk.multi([Op.set(ProducerIdBlockZNode.PATH, ProducerIdBlockZNode.encode(block),
+                                                version)])
+                return block
+            except (ZkNodeExistsError, MultiError):
+                continue
+        raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "could not allocate a producer id block (contention)")

@@ -1,0 +1,1 @@
+"""Partition replication: leader/follower state, fetchers, ISR, high watermark, purgatory."""

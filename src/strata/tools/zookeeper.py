@@ -1,0 +1,185 @@
+"""A local Apache ZooKeeper as a child process: for tests, ``make cluster`` and trying cluster mode.
+
+It runs Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar``) directly with
+``ZooKeeperServerMain`` (or ``QuorumPeerMain`` for an ensemble), not through ``zkServer.sh``,
+which reads ``/etc/zookeeper``, logs to ``/var/log`` and turns on JMX. Everything binds to
+127.0.0.1; the admin server (Jetty on :8080) is off so instances never collide. Readiness is the
+``srvr`` four-letter word answering ``Mode: standalone|leader|follower``: ``ruok`` says ``imok``
+before the server serves (replication reference 1.3). Stopped by process id.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path(os.environ.get("STRATA_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
+SLF4J_SIMPLE = Path("/usr/share/java/slf4j-simple.jar")
+JVM_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xms16m", "-Xmx128m", "-XX:-UsePerfData",
+             "-Xss512k", "-Dzookeeper.cnxTimeout=1000", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
+
+
+class ZooKeeperNotInstalled(RuntimeError):
+    pass
+
+
+def zookeeper_available() -> bool:
+    return ZOOKEEPER_JAR.exists() and shutil.which("java") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter(port: int, cmd: str = "srvr", timeout_s: float = 0.5) -> str:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(cmd.encode())
+            chunks = []
+            while chunk := s.recv(4096):
+                chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class ZooKeeperServer:
+    """One server; ``peers`` (id -> (quorum port, election port)) makes it an ensemble member."""
+
+    directory: Path
+    port: int = 0
+    tick_ms: int = 500
+    myid: int | None = None
+    peers: dict[int, tuple[int, int]] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory)
+        if not self.port:
+            self.port = free_port()
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    def _write_config(self) -> Path:
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        lines = [f"tickTime={self.tick_ms}", "initLimit=10", "syncLimit=5", f"dataDir={data}",
+                 f"clientPort={self.port}", "clientPortAddress=127.0.0.1", "admin.enableServer=false",
+                 "4lw.commands.whitelist=ruok,srvr,mntr,stat", f"minSessionTimeout={2 * self.tick_ms}",
+                 "maxSessionTimeout=60000", "autopurge.purgeInterval=0"]
+        for sid, (quorum, election) in sorted(self.peers.items()):
+            lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
+        if self.peers:
+            (data / "myid").write_text(f"{self.myid}\n")
+        cfg = self.directory / "zoo.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        return cfg
+
+    def start(self) -> ZooKeeperServer:
+        if not zookeeper_available():
+            raise ZooKeeperNotInstalled(f"ZooKeeper not found ({ZOOKEEPER_JAR}); install Debian's "
+                                        "'zookeeper' package (apt-get install zookeeper) and Java")
+        cfg = self._write_config()
+        main = ("org.apache.zookeeper.server.quorum.QuorumPeerMain" if self.peers
+                else "org.apache.zookeeper.server.ZooKeeperServerMain")
+        classpath = f"{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}" if SLF4J_SIMPLE.exists() else str(ZOOKEEPER_JAR)
+        out = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
+        try:
+            self.process = subprocess.Popen(["java", *JVM_FLAGS, "-cp", classpath, main, str(cfg)],
+                                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            cwd=self.directory, start_new_session=True)
+        finally:
+            out.close()
+        return self
+
+    def mode(self) -> str | None:
+        reply = four_letter(self.port)
+        if "Mode:" not in reply:
+            return None
+        return reply.split("Mode:", 1)[1].split()[0]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> ZooKeeperServer:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.process.returncode}; see "
+                                   f"{self.directory / 'zookeeper.log'}")
+            if self.mode() in ("standalone", "leader", "follower"):
+                return self
+            time.sleep(0.02)
+        raise TimeoutError(f"ZooKeeper on port {self.port} not serving after {timeout_s}s")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
+        p = self.process
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(sig)
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout_s)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def freeze(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+
+
+@dataclass
+class ZooKeeperEnsemble:
+    """``size`` servers on 127.0.0.1 forming one quorum."""
+
+    directory: Path
+    size: int = 3
+    tick_ms: int = 500
+    servers: list[ZooKeeperServer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory)
+        if not self.servers:
+            peers = {i: (free_port(), free_port()) for i in range(1, self.size + 1)}
+            self.servers = [ZooKeeperServer(self.directory / f"zk{i}", tick_ms=self.tick_ms, myid=i, peers=peers)
+                            for i in peers]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(s.connect for s in self.servers)
+
+    def start(self) -> ZooKeeperEnsemble:
+        for s in self.servers:
+            s.start()
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> ZooKeeperEnsemble:
+        for s in self.servers:
+            s.wait_ready(timeout_s)
+        return self
+
+    def leader(self) -> ZooKeeperServer | None:
+        return next((s for s in self.servers if s.pid is not None and s.mode() == "leader"), None)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()

@@ -1,0 +1,110 @@
+"""A real cluster for tests: N broker processes on 127.0.0.1 sharing one ZooKeeper chroot.
+
+Timeouts are the replication reference's test defaults (1.10): a 2 s ZooKeeper session (a killed
+broker's registration is gone ~2.4 s later), ISR shrink after 3 s, follower long polls of 200 ms.
+Every wait is on a condition with a deadline; brokers are stopped by their pids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from confluent_kafka.admin import AdminClient
+from tests.broker.harness import BrokerProcess
+
+from strata.tools.zookeeper import free_port
+
+T = TypeVar("T")
+
+CLUSTER_DEFAULTS = {
+    "zookeeper.session.timeout.ms": "2000",
+    "zookeeper.connection.timeout.ms": "10000",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "leader.imbalance.check.interval.seconds": "3600",
+    "offsets.topic.replication.factor": "3",
+}
+
+
+class Cluster:
+    def __init__(self, zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None) -> None:
+        self.zk_connect = zk_connect
+        self._admin: AdminClient | None = None
+        self.brokers: dict[int, BrokerProcess] = {}
+        for broker_id in range(1, size + 1):
+            b = BrokerProcess(base / f"broker-{broker_id}", {
+                **CLUSTER_DEFAULTS, "zookeeper.connect": zk_connect, "broker.id": str(broker_id), **(props or {})})
+            b.port = free_port()  # fixed ports: a restarted broker comes back at the same address
+            self.brokers[broker_id] = b
+
+    def start(self) -> Cluster:
+        for b in self.brokers.values():
+            b.start()
+        wait_until(lambda: len(self.admin().list_topics(timeout=5).brokers) == len(self.brokers), 30,
+                   "every broker registered")
+        return self
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            try:
+                b.kill()
+            except Exception:  # noqa: BLE001
+                pass
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's fixed address: clients skip the ones that are down."""
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers.values())
+
+    def admin(self) -> AdminClient:
+        """One admin client kept for the cluster's life (a dropped client cancels its futures)."""
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        return self._admin
+
+    def metadata(self, topic: str) -> Any:
+        return self.admin().list_topics(topic=topic, timeout=10).topics[topic]
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return self.metadata(topic).partitions[partition].leader
+
+    def wait_full_isr(self, topic: str, timeout_s: float = 30.0) -> None:
+        def full() -> bool:
+            t = self.metadata(topic)
+            return bool(t.partitions) and all(p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas)
+                                              for p in t.partitions.values())
+        wait_until(full, timeout_s, f"full ISR of {topic}")
+
+
+def wait_until(cond: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - a broker restarting: ask again
+            last_error = e
+        time.sleep(interval_s)
+    suffix = f" (last error: {last_error!r})" if last_error else ""
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}{suffix}")
+
+
+@contextmanager
+def running_cluster(zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None
+                    ) -> Iterator[Cluster]:
+    cluster = Cluster(zk_connect, base, size, props)
+    try:
+        yield cluster.start()
+    except BaseException:
+        for broker_id, b in cluster.brokers.items():  # shown by pytest with the failure
+            print(f"---- broker {broker_id} ({b.log_path}) ----\n{b.tail(6000)}")
+        raise
+    finally:
+        cluster.stop()
