@@ -884,12 +884,12 @@ def run_rlmm_restart(work: Path, cfg: BenchConfig) -> dict | None:
 def _append_metadata_offline(logs_dir: Path, records: list[tuple[int, bytes]]) -> float:
     """Append (partition, value) to __remote_log_metadata's logs while the broker is down, one record per
     batch as the broker's RLMM writes them; the clean-shutdown marker stays valid (logs closed cleanly)."""
-    from strata.broker.partitions import INITIAL_LEADER_EPOCH
     from strata.common import ManualScheduler, SystemClock, TopicPartition
     from strata.config import LogConfig
     from strata.log.loader import load_partition_log
     from strata.log.producer_state import AppendOrigin
     from strata.protocol.records import BatchBuilder
+    from strata.replication.replica_manager import INITIAL_LEADER_EPOCH
 
     started = time.perf_counter()
     by_partition: dict[int, list[bytes]] = {}
