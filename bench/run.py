@@ -1,8 +1,8 @@
 """``make bench``: local-log throughput against plain file I/O, and broker produce/consume
 throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete] [--reps N] [--total-mib N]
-                                  [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster] [--reps N]
+                                  [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
 Prints tables (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json and
 bench/out/broker_bench.json. Always exits 0 when the benchmarks ran: a missed target is reported
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import broker_bench
+import cluster_bench
 import columnar_bench
 import delete_topics_bench
 import log_bench
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=OUT / "work",
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
-    parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete"],
+    parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         spark_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "delete"):  # produce latency while another client deletes 100 topics
         delete_topics_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "cluster"):  # replication: acks=all RF=3, catch-up, failover, latency
+        cluster_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0
