@@ -65,3 +65,23 @@ def test_broker_local_retention_defaults_are_checked_only_with_the_remote_storag
     assert BrokerConfig.from_props(props).log_config.local_retention_bytes == 2000
     with pytest.raises(InvalidConfigError, match="log.local.retention.bytes"):
         BrokerConfig.from_props({**props, "remote.log.storage.system.enable": "true"})
+
+
+def test_cluster_keys() -> None:
+    import pytest
+
+    from strata.config.broker_config import BrokerConfig
+    from strata.errors import InvalidConfigError
+
+    c = BrokerConfig.from_props({"zookeeper.connect": "127.0.0.1:2181,127.0.0.1:2182/strata", "broker.id": "3",
+                                 "zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "5000"})
+    assert c.node_id == 3 and c.cluster.enabled
+    assert c.cluster.zookeeper_connection_timeout_ms == 6000  # defaults to the session timeout
+    assert c.cluster.replica_lag_time_max_ms == 5000
+    assert not BrokerConfig.from_props({}).cluster.enabled
+    with pytest.raises(InvalidConfigError, match="zookeeper.connect"):
+        BrokerConfig.from_props({"zookeeper.connect": "localhost"})
+    with pytest.raises(InvalidConfigError, match="broker.id"):
+        BrokerConfig.from_props({"broker.id": "1", "node.id": "2"})
+    with pytest.raises(InvalidConfigError, match="remote.log.storage.system.enable"):
+        BrokerConfig.from_props({"zookeeper.connect": "127.0.0.1:2181", "remote.log.storage.system.enable": "true"})
