@@ -31,10 +31,12 @@ def test_tiers_shows_both_tiers_per_partition(tiered: TieredBroker) -> None:
             row["log_end_offset"]) == (0, 3, 2, 4)
     assert row["remote_segments"] == 3 and row["remote_bytes"] > 0
     assert row["local_segments"] == 1 and row["copy_lag_segments"] == 0
+    assert (row["leader"], row["replicas"], row["isr"]) == (1, [1], [1])  # a single broker leads everything
     table = strata("tiers", "--bootstrap", b.bootstrap)
     assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split()[:5] == ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
     line = next(ln for ln in table.stdout.splitlines() if ln.split()[:2] == ["t", "0"])
-    assert line.split()[2:6] == ["0", "3", "2", "4"]
+    assert line.split()[2:9] == ["1", "1", "1", "0", "3", "2", "4"]
 
     host, port = metrics_endpoint(b.bootstrap)
     metrics = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()

@@ -23,6 +23,7 @@ from typing import Any
 
 from strata.broker.admin_http import AdminHttpServer
 from strata.broker.cluster_member import ClusterMember
+from strata.broker.cluster_metrics import register_cluster_metrics
 from strata.broker.cluster_services import (
     ClusterView,
     LocalTopicAdmin,
@@ -135,6 +136,7 @@ class Broker:
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.metrics = Registry()
         self.stats = TieredStats(self.metrics)
+        self.cluster_metrics = register_cluster_metrics(self.metrics, self.replicas, self.cluster, self.fetchers)
         self.admin_http: AdminHttpServer | None = None
         self.shutting_down = False
         self._server_sock: socket.socket | None = None

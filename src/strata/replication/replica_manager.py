@@ -281,12 +281,12 @@ class ReplicaManager:
         part.isr_change_in_flight = False
         if written is None:
             return  # a newer state (new leader epoch or another ISR) arrives through the watch
+        for fn in self.on_isr_change:  # counted once per written change (the watch may apply it first)
+            fn(kind)
         if part.apply(written, self.clock.milliseconds()) != Transition.NONE:
             log.info("%s: ISR is now %s (partition epoch %d)", part.tp, list(written.isr), written.partition_epoch)
-            for fn in self.on_isr_change:
-                fn(kind)
-            part.maybe_increment_high_watermark()
-            self._wake(part.tp)
+        part.maybe_increment_high_watermark()
+        self._wake(part.tp)
 
     # -- waiting ------------------------------------------------------------------------------
 
