@@ -1,7 +1,12 @@
-"""The ``strata`` command: ``dump-log``, ``demo`` and ``version``.
+"""The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``version``, and Kafka's tools.
 
-Exit codes: 0 when everything dumped is consistent, 1 when any inconsistency or invalid batch was
-found (or the demo failed), 2 for usage errors.
+``topics``, ``configs`` and ``consumer-groups`` take the flags of ``kafka-topics.sh``,
+``kafka-configs.sh`` and ``kafka-consumer-groups.sh`` (``bin/`` has wrappers by those names); their
+logic is in :mod:`strata.tools`, and their exit codes are Kafka's: 1 for any failure, Kafka's own
+argument checks included (a flag argparse does not know is still 2).
+
+Exit codes otherwise: 0 when everything dumped is consistent, 1 when any inconsistency or invalid
+batch was found (or the demo failed), 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from strata import __version__
 from strata.tools.tiers import add_tiers_parser
@@ -85,9 +91,143 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve, command_parser=serve)
 
     add_tiers_parser(commands, parents=[verbose])
+    _add_topics_parser(commands)
+    _add_configs_parser(commands)
+    _add_consumer_groups_parser(commands)
     version = commands.add_parser("version", parents=[verbose], help="print the version")
     version.set_defaults(func=_cmd_version, command_parser=version)
     return parser
+
+
+# -- Kafka's command-line tools (flags as in Kafka 3.9; checks and output in strata.tools.*_cmd) ---------------
+
+def _kafka_tool_parser(commands: Any, name: str, kafka_name: str, help_text: str) -> argparse.ArgumentParser:
+    """A subcommand with the connection options every Kafka tool has (the tool modules load when it runs)."""
+    p = commands.add_parser(name, help=f"{help_text} ({kafka_name}'s flags)",
+                            description=f"{help_text}, with the flags and output of Kafka's {kafka_name} "
+                                        f"(bin/{kafka_name} runs this command).")
+    p.add_argument("--bootstrap-server", metavar="<String: server to connect to>",
+                   help="REQUIRED: The Kafka server(s) to connect to (HOST:PORT,...).")
+    p.add_argument("--command-config", metavar="<String: command config property file>",
+                   help="Property file containing configs to be passed to Admin Client (client.id, "
+                        "request.timeout.ms; only the PLAINTEXT security protocol is supported).")
+    p.add_argument("--zookeeper", metavar="<String: urls>", help=argparse.SUPPRESS)  # refused with a message
+    p.add_argument("--version", action="version", version=f"{__version__} (strata)")
+    return p
+
+
+def _add_topics_parser(commands: Any) -> None:
+    p = _kafka_tool_parser(commands, "topics", "kafka-topics.sh", "Create, delete, describe, or change a topic")
+    for action, text in (("list", "List all available topics."), ("create", "Create a new topic."),
+                         ("delete", "Delete a topic."), ("describe", "List details for the given topics."),
+                         ("alter", "Alter the number of partitions and replica assignment.")):
+        p.add_argument(f"--{action}", action="store_true", help=text)
+    p.add_argument("--topic", metavar="<String: topic>",
+                   help="The topic to create, alter, describe or delete; a regular expression except with --create.")
+    p.add_argument("--topic-id", metavar="<String: topic-id>", help="The topic-id to describe.")
+    p.add_argument("--config", action="append", metavar="<String: name=value>",
+                   help="A topic configuration override for the topic being created (repeatable).")
+    p.add_argument("--delete-config", action="append", metavar="<String: name>",
+                   help="Not supported with --bootstrap-server (use kafka-configs.sh).")
+    p.add_argument("--partitions", type=int, metavar="<Integer: # of partitions>",
+                   help="The number of partitions for the topic being created or altered.")
+    p.add_argument("--replication-factor", type=int, metavar="<Integer: replication factor>",
+                   help="The replication factor for each partition in the topic being created.")
+    p.add_argument("--replica-assignment", metavar="<String: b1:b2,b3:b4,...>",
+                   help="Manual partition-to-broker assignments for the topic being created or altered.")
+    for flag, text in (("under-replicated-partitions", "only show under replicated partitions"),
+                       ("unavailable-partitions", "only show partitions whose leader is not available"),
+                       ("under-min-isr-partitions", "only show partitions whose isr count is less than the minimum"),
+                       ("at-min-isr-partitions", "only show partitions whose isr count is equal to the minimum"),
+                       ("topics-with-overrides", "only show topics that have overridden configs")):
+        p.add_argument(f"--{flag}", action="store_true", help=f"if set when describing topics, {text}")
+    p.add_argument("--if-exists", action="store_true",
+                   help="if set when altering or deleting or describing topics, act only if the topic exists")
+    p.add_argument("--if-not-exists", action="store_true",
+                   help="if set when creating topics, act only if the topic does not already exist")
+    p.add_argument("--exclude-internal", action="store_true",
+                   help="exclude internal topics when running list or describe command")
+    p.add_argument("--partition-size-limit-per-response", type=int, metavar="<Integer>", help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_kafka_tool, tool="topics_cmd", command_parser=p)
+
+
+def _add_configs_parser(commands: Any) -> None:
+    p = _kafka_tool_parser(commands, "configs", "kafka-configs.sh", "Describe or alter topic and broker configs")
+    p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
+    p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
+    p.add_argument("--all", action="store_true",
+                   help="List all configs for the given topic or broker (includes static and default configs).")
+    p.add_argument("--entity-type", action="append", metavar="<String>",
+                   help="Type of entity (topics/brokers/broker-loggers; clients/users/ips/client-metrics are "
+                        "not in Strata)")
+    p.add_argument("--entity-name", dest="entity_names", action="append", metavar="<String>",
+                   help="Name of entity (topic name/broker id)")
+    p.add_argument("--entity-default", dest="entity_names", action="append_const", const="",
+                   help="Default entity name for brokers (applies to the corresponding --entity-type)")
+    p.add_argument("--add-config", metavar="<String>",
+                   help="Key Value pairs of configs to add: 'k1=v1,k2=[v1,v2,v2],k3=v3'.")
+    p.add_argument("--add-config-file", metavar="<String>", help="Path to a properties file with configs to add.")
+    p.add_argument("--delete-config", action="append", metavar="<String>", help="config keys to remove 'k1,k2'")
+    p.add_argument("--force", action="store_true", help="Suppress console prompts")
+    p.add_argument("--topic", metavar="<String>", help="The topic's name.")
+    p.add_argument("--broker", metavar="<String>", help="The broker's ID.")
+    p.add_argument("--broker-defaults", action="store_true", help="The config defaults for all brokers.")
+    p.add_argument("--broker-logger", metavar="<String>", help="The broker's ID for its logger config.")
+    p.set_defaults(func=_cmd_kafka_tool, tool="configs_cmd", command_parser=p)
+
+
+def _add_consumer_groups_parser(commands: Any) -> None:
+    p = _kafka_tool_parser(commands, "consumer-groups", "kafka-consumer-groups.sh",
+                           "List, describe, delete consumer groups and reset their offsets")
+    p.add_argument("--group", action="append", metavar="<String: consumer group>",
+                   help="The consumer group we wish to act on (repeatable).")
+    p.add_argument("--topic", action="append", metavar="<String: topic>",
+                   help="The topic (for --reset-offsets also topic:0,1,2) to act on (repeatable).")
+    p.add_argument("--all-topics", action="store_true",
+                   help="Consider all topics assigned to a group in the `reset-offsets` process.")
+    p.add_argument("--list", action="store_true", help="List all consumer groups.")
+    p.add_argument("--describe", action="store_true",
+                   help="Describe consumer group and list offset lag (number of messages not yet processed).")
+    p.add_argument("--all-groups", action="store_true", help="Apply to all consumer groups.")
+    p.add_argument("--delete", action="store_true", help="Pass in groups to delete their offsets and ownership.")
+    p.add_argument("--delete-offsets", action="store_true", help="Delete offsets of consumer group.")
+    p.add_argument("--timeout", type=int, default=5000, metavar="<Long: timeout (ms)>",
+                   help="The timeout for some use cases (default 5000).")
+    p.add_argument("--reset-offsets", action="store_true",
+                   help="Reset offsets of consumer group; --dry-run (the default) or --execute.")
+    p.add_argument("--dry-run", action="store_true", help="Only show results without executing changes.")
+    p.add_argument("--execute", action="store_true", help="Execute operation.")
+    p.add_argument("--export", action="store_true", help="Export operation execution to a CSV format.")
+    p.add_argument("--to-offset", type=int, metavar="<Long: offset>", help="Reset offsets to a specific offset.")
+    p.add_argument("--from-file", metavar="<String: path to CSV file>",
+                   help="Reset offsets to values defined in CSV file.")
+    p.add_argument("--to-datetime", metavar="<String: datetime>",
+                   help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDTHH:mm:SS.sss'")
+    p.add_argument("--by-duration", metavar="<String: duration>",
+                   help="Reset offsets to offset by duration from current timestamp. Format: 'PnDTnHnMnS'")
+    p.add_argument("--to-earliest", action="store_true", help="Reset offsets to earliest offset.")
+    p.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
+    p.add_argument("--to-current", action="store_true", help="Reset offsets to current offset.")
+    p.add_argument("--shift-by", type=int, metavar="<Long: number-of-offsets>",
+                   help="Reset offsets shifting current offset by 'n', where 'n' can be positive or negative.")
+    p.add_argument("--members", action="store_true", help="Describe members of the group.")
+    p.add_argument("--verbose", dest="members_verbose", action="store_true",
+                   help="Provide additional information (the assignment), with --describe --members.")
+    p.add_argument("--offsets", action="store_true",
+                   help="Describe the group's partitions with their offset lag (the default of --describe).")
+    p.add_argument("--state", nargs="?", const="", metavar="<String>",
+                   help="With --describe the group's state; with --list the state of all groups, or only those in "
+                        "the given states (stable,empty,...).")
+    p.add_argument("--type", nargs="?", const="", metavar="<String>",
+                   help="With --list, the groups' types, or only those of the given types (classic,consumer).")
+    p.set_defaults(func=_cmd_kafka_tool, tool="consumer_groups_cmd", command_parser=p)
+
+
+def _cmd_kafka_tool(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import importlib
+
+    module = importlib.import_module(f"strata.tools.{args.tool}")
+    return int(module.run(args, parser))
 
 
 def configure_logging(verbosity: int) -> None:
@@ -169,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        # what followed the subcommand's name, which some of Kafka's messages quote
+        args.raw_argv = words[words.index(args.command) + 1:] if args.command in words else words
         configure_logging(args.verbose)
         return int(args.func(args, args.command_parser))
     except SystemExit as e:  # argparse: usage errors (2), --help and --version (0)
