@@ -162,9 +162,9 @@ def bench_failover(cluster: Cluster, kills: int) -> dict:
             "target_s": SESSION_MS / 1000 + 1}
 
 
-def bench_latency(cluster: Cluster, rate: float, seconds: float) -> dict:
-    """Per-record latency of acks=all RF=3 at ``rate`` records/s (1 KiB)."""
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+def bench_latency(cluster: Cluster, rate: float, seconds: float, topic: str = "b-rf3", acks: str = "all") -> dict:
+    """Per-record latency of acks=all RF=3 (or ``acks`` to ``topic``) at ``rate`` records/s (1 KiB)."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": acks == "all",
                   "linger.ms": 1})
     lat: list[float] = []
     value = os.urandom(RECORD)
@@ -173,7 +173,7 @@ def bench_latency(cluster: Cluster, rate: float, seconds: float) -> dict:
     nxt = time.perf_counter()
     while time.perf_counter() < deadline:
         sent = time.perf_counter()
-        p.produce("b-rf3", value=value, on_delivery=lambda e, _m, s=sent: e is None and lat.append(
+        p.produce(topic, value=value, on_delivery=lambda e, _m, s=sent: e is None and lat.append(
             time.perf_counter() - s))
         nxt += interval
         p.poll(max(0.0, nxt - time.perf_counter()))
@@ -204,8 +204,13 @@ def main(argv: list[str] | None = None) -> int:
             results["produce"] = bench_produce(cluster, mib)
             print("produce:", json.dumps(results["produce"], indent=1))
             max_rate = (mib << 20) / RECORD / results["produce"]["acks=all RF=3"]["seconds"]
-            results["latency_at_half_max"] = bench_latency(cluster, max_rate / 2, 10 if args.quick else 30)
-            print("latency:", json.dumps(results["latency_at_half_max"], indent=1))
+            seconds = 10 if args.quick else 30
+            results["latency_at_half_max"] = bench_latency(cluster, max_rate / 2, seconds)
+            results["latency_at_half_max_baseline_acks1_rf1"] = bench_latency(cluster, max_rate / 2, seconds,
+                                                                              "b-rf1", "1")
+            print("latency (acks=all RF=3, then acks=1 RF=1 at the same rate):",
+                  json.dumps([results["latency_at_half_max"], results["latency_at_half_max_baseline_acks1_rf1"]],
+                             indent=1))
             results["catch_up"] = bench_catch_up(cluster, catch_mib)
             print("catch-up:", json.dumps(results["catch_up"], indent=1))
             results["failover"] = bench_failover(cluster, kills)
