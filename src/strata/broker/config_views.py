@@ -22,26 +22,43 @@ a topic override from an inherited broker default, so it must follow Kafka's rul
 * synonym values are the raw strings as configured (``log.retention.hours=168``), the entry's value
   is the effective parsed value of the key itself.
 
-Strata has no dynamic broker configs: broker keys are read-only and altering them is refused with
-a message saying where to set them. Topic overrides are replaced (AlterConfigs) or edited
-(IncrementalAlterConfigs SET/DELETE/APPEND/SUBTRACT) here, validated by the caller with
-``TopicRegistry.check_configs``.
+Dynamic broker configs (:mod:`strata.broker.dynamic_config`) add two levels above the static ones, in
+every chain: this broker's (``DYNAMIC_BROKER_CONFIG``, resource ``"1"``), then the cluster-wide default
+(``DYNAMIC_DEFAULT_BROKER_CONFIG``, resource ``""``). They reach the views through the broker's
+``BrokerConfig`` (``dynamic_broker_configs`` / ``dynamic_default_configs``); without them every chain is
+exactly the static one. Dynamic keys (Kafka's ``AllDynamicConfigs``) are reported writable
+(``read_only=false``) by a broker that can change them; everything else is read-only, and altering it
+is refused with Kafka's "Cannot update these configs dynamically". Topic overrides are replaced
+(AlterConfigs) or edited (IncrementalAlterConfigs SET/DELETE/APPEND/SUBTRACT) here, validated by the
+caller with ``TopicRegistry.check_configs``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strata.broker.topics import validate_topic_name
-from strata.config.broker_config import BROKER_CONFIG_DEF, IGNORED_KEYS, BrokerConfig
+from strata.config.broker_config import (
+    BROKER_CONFIG_DEF,
+    BROKER_SYNONYM_GROUPS,
+    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_ONLY_CONFIG_DEF,
+    DYNAMIC_ONLY_TOPIC_SYNONYMS,
+    IGNORED_KEYS,
+    BrokerConfig,
+    broker_config_key,
+    broker_config_synonyms,
+    merge_dynamic_configs,
+)
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.errors import ApiError, ErrorCode
 
 if TYPE_CHECKING:
+    from strata.broker.dynamic_config import DynamicBrokerConfigs
     from strata.broker.server import Broker
 
 
@@ -122,24 +139,25 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
 }
 
 # Kafka broker keys that are topic synonyms but that Strata's server.properties does not accept
-# (so they can only ever be at their Kafka default, which equals the topic default).
+# (so statically they can only ever be at their Kafka default, which equals the topic default).
 _EXTRA_BROKER_DEFAULTS = {"log.preallocate": "false", "log.cleaner.min.cleanable.ratio": "0.5"}
 
-# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: keys that set the same thing, highest precedence first.
-_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("log.roll.ms", "log.roll.hours"),
-    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-)
-_GROUP_OF = {name: group for group in _SYNONYM_GROUPS for name in group if name != "log.flush.scheduler.interval.ms"}
+# Kafka's other ServerTopicConfigSynonyms: topic keys whose broker synonym Strata reports only once it is
+# set dynamically (the static reports of these keys predate dynamic configs and stay as they were).
+_DYNAMIC_TOPIC_SYNONYMS: dict[str, str] = {
+    **{topic: broker for broker, topic in DYNAMIC_ONLY_TOPIC_SYNONYMS.items() if topic not in TOPIC_CONFIG_SYNONYMS},
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
 
-STRATA_READ_ONLY = ("Strata has no dynamic broker configs: set broker keys in server.properties "
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: keys that set the same thing, highest precedence first.
+_SYNONYM_GROUPS = BROKER_SYNONYM_GROUPS
+
+STRATA_READ_ONLY = ("this broker has no dynamic broker configs: set broker keys in server.properties "
                     "(or with --set) and restart the broker")
 
 
 def broker_synonyms(name: str) -> tuple[str, ...]:
-    return _GROUP_OF.get(name, (name,))
+    return broker_config_synonyms(name)
 
 
 def format_value(value: Any) -> str | None:
@@ -157,7 +175,16 @@ def _broker_default(name: str) -> str | None:
     key = BROKER_CONFIG_DEF.keys.get(name)
     if key is not None:
         return format_value(key.default)
-    return _EXTRA_BROKER_DEFAULTS.get(name)
+    if name in _EXTRA_BROKER_DEFAULTS:
+        return _EXTRA_BROKER_DEFAULTS[name]
+    key = DYNAMIC_ONLY_CONFIG_DEF.keys.get(name)
+    return format_value(key.default) if key is not None else None
+
+
+def scala_set(names: Iterable[str]) -> str:
+    """A set of config names as Kafka's messages print one (``Set(a, b)``; Scala says ``HashSet`` above 4)."""
+    ordered = sorted(set(names))
+    return f"{'Set' if len(ordered) <= 4 else 'HashSet'}({', '.join(ordered)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,21 +222,36 @@ class ConfigView:
 
 
 class ConfigViews:
-    """Describes topic and broker configs of one broker: its ``server.properties`` and built-in defaults."""
+    """Describes topic and broker configs of one broker: its dynamic configs, ``server.properties`` and defaults."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.static: Mapping[str, str] = config.raw
+        self.dynamic_broker: Mapping[str, str] = config.dynamic_broker_configs
+        self.dynamic_default: Mapping[str, str] = config.dynamic_default_configs
+        self.dynamic_enabled = config.dynamic_configs_enabled
 
     def _static_chain(self, names: Iterable[str]) -> list[Synonym]:
-        """Every static setting of the group, then every built-in default (``configSynonyms`` before its drop)."""
+        """Every setting of the group by precedence (``configSynonyms`` before its drop): this broker's dynamic
+        ones, the cluster-wide dynamic ones, the static ones, then every built-in default."""
         names = list(names)
-        chain = [Synonym(n, self.static[n], ConfigSource.STATIC_BROKER_CONFIG) for n in names if n in self.static]
+        chain = [Synonym(n, self.dynamic_broker[n], ConfigSource.DYNAMIC_BROKER_CONFIG)
+                 for n in names if n in self.dynamic_broker]
+        chain += [Synonym(n, self.dynamic_default[n], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+                  for n in names if n in self.dynamic_default]
+        chain += [Synonym(n, self.static[n], ConfigSource.STATIC_BROKER_CONFIG) for n in names if n in self.static]
         for n in names:
             default = _broker_default(n)
             if default is not None:
                 chain.append(Synonym(n, default, ConfigSource.DEFAULT_CONFIG))
         return chain
+
+    def _dynamically_set(self, name: str) -> bool:
+        return name in self.dynamic_broker or name in self.dynamic_default
+
+    def _read_only(self, name: str) -> bool:
+        """Kafka: ``!AllDynamicConfigs.contains(name)``; a broker without dynamic configs has only read-only keys."""
+        return not (self.dynamic_enabled and name in DYNAMIC_BROKER_CONFIGS)
 
     def _config_synonyms(self, name: str) -> list[Synonym]:
         """Kafka's ``ConfigHelper.configSynonyms(name, brokerSynonyms(name))``.
@@ -234,6 +276,8 @@ class ConfigViews:
             if name in overrides:
                 synonyms.append(Synonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
             broker_key = TOPIC_CONFIG_SYNONYMS.get(name)
+            if broker_key is None and self._dynamically_set(_DYNAMIC_TOPIC_SYNONYMS.get(name, "")):
+                broker_key = _DYNAMIC_TOPIC_SYNONYMS[name]
             if broker_key is not None:
                 synonyms += (self._config_synonyms(broker_key) if describe
                              else self._static_chain(broker_synonyms(broker_key)))
@@ -271,23 +315,49 @@ class ConfigViews:
         return self._topic_views(overrides, effective, describe=False)
 
     def broker_configs(self) -> list[ConfigView]:
-        """Every key of this broker (the ``resource_name`` = node id view), sorted by name."""
-        known = {k: v for k, v in self.static.items() if k not in IGNORED_KEYS}
+        """Every key of this broker (the ``resource_name`` = node id view), sorted by name.
+
+        Values are the effective ones (Kafka's ``currentConfig``: dynamic settings over static ones, a
+        dynamic key dropping its synonyms below it); keys Strata takes only dynamically are listed once set.
+        """
+        effective = merge_dynamic_configs(self.static, self.dynamic_default, self.dynamic_broker)
+        known = {k: v for k, v in effective.items() if k not in IGNORED_KEYS}
         parsed = BROKER_CONFIG_DEF.parse(known, allow_unknown=True)
         out = []
         for name, key in BROKER_CONFIG_DEF.keys.items():
             chain = self._config_synonyms(name)  # drops what outranks the key itself
             source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
-            out.append(ConfigView(name, format_value(parsed[name]), source, True,
+            out.append(ConfigView(name, format_value(parsed[name]), source, self._read_only(name),
                                   _TYPES.get(key.type, ConfigType.UNKNOWN), tuple(chain), key.doc or None))
         out.extend(self._plugin_configs())
-        for name in sorted(set(self.static) & IGNORED_KEYS):
+        dynamic_only = {n for n in (*self.dynamic_broker, *self.dynamic_default) if n not in BROKER_CONFIG_DEF.keys}
+        for name in sorted((set(self.static) & IGNORED_KEYS) | dynamic_only):
+            if name in dynamic_only:
+                out.append(self._dynamic_only_view(name, self._config_synonyms(name)))
+                continue
             value = self.static[name]
-            out.append(ConfigView(name, value, ConfigSource.STATIC_BROKER_CONFIG, True, ConfigType.UNKNOWN,
+            out.append(ConfigView(name, value, ConfigSource.STATIC_BROKER_CONFIG, self._read_only(name),
+                                  ConfigType.UNKNOWN,
                                   (Synonym(name, value, ConfigSource.STATIC_BROKER_CONFIG),),
                                   "Accepted for compatibility; not used by Strata"))
         out.sort(key=lambda v: v.name)
         return out
+
+    def default_broker_configs(self) -> list[ConfigView]:
+        """The cluster-wide dynamic defaults (resource ``""``), sorted by name: only the keys set there, each
+        with the ``DYNAMIC_DEFAULT_BROKER_CONFIG`` part of its chain (Kafka's ``perBrokerConfig = false``)."""
+        out = []
+        for name in sorted(self.dynamic_default):
+            chain = [s for s in self._config_synonyms(name) if s.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            out.append(self._dynamic_only_view(name, chain, self.dynamic_default[name]))
+        return out
+
+    def _dynamic_only_view(self, name: str, chain: list[Synonym], value: str | None = None) -> ConfigView:
+        key = broker_config_key(name)
+        source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
+        return ConfigView(name, chain[0].value if value is None and chain else value, source, self._read_only(name),
+                          _TYPES.get(key.type, ConfigType.UNKNOWN) if key else ConfigType.UNKNOWN, tuple(chain),
+                          (key.doc or None) if key else None)
 
 
     def _plugin_configs(self) -> list[ConfigView]:
@@ -412,12 +482,54 @@ def incremental_topic_overrides(current: Mapping[str, str], changes: Sequence[Co
     return new
 
 
-def refuse_broker_changes(changes: Sequence[ConfigChange]) -> None:
-    """Broker keys are read-only in Strata; an empty change set is a successful no-op, as in Kafka."""
-    if not changes:
+def refuse_broker_changes(changes: Sequence[ConfigChange], dynamic: Collection[str] | None = None) -> None:
+    """Refuse the keys that cannot change at run time (Kafka's ``DynamicBrokerConfig.validateConfigs``).
+
+    ``dynamic``: the keys that can (``DYNAMIC_BROKER_CONFIGS``); the others are named as Kafka names them,
+    ``Cannot update these configs dynamically: Set(log.dirs)``. Without it (a broker composed without
+    dynamic configs) every key is refused, with a hint where to set it. Nothing to refuse is a no-op.
+    """
+    if dynamic is None:
+        if changes:
+            names = ", ".join(sorted(c.name for c in changes))
+            raise ApiError(ErrorCode.INVALID_REQUEST,
+                           f"Cannot update these configs dynamically: {names}. {STRATA_READ_ONLY}")
         return
-    names = ", ".join(sorted(c.name for c in changes))
-    raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {names}. {STRATA_READ_ONLY}")
+    refused = [c.name for c in changes if c.name not in dynamic]
+    if refused:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {scala_set(refused)}")
+
+
+def incremental_broker_configs(current: Mapping[str, str], changes: Sequence[ConfigChange]) -> dict[str, str]:
+    """IncrementalAlterConfigs on a broker's (or the cluster default's) dynamic configs.
+
+    Kafka's ``ConfigAdminManager.prepareIncrementalConfigs`` over ``KafkaConfig.configKeys``: APPEND and
+    SUBTRACT work on LIST keys only and start from the dynamic value, else from the key's built-in default.
+    """
+    new = dict(current)
+    for c in changes:
+        op = AlterOp(c.op)
+        if op is AlterOp.SET:
+            assert c.value is not None
+            new[c.name] = c.value
+        elif op is AlterOp.DELETE:
+            new.pop(c.name, None)
+        else:
+            key = broker_config_key(c.name)
+            if key is None or key.type != "list":
+                raise ApiError(ErrorCode.INVALID_CONFIG,
+                               f"Config value {op.name.lower()} is not allowed for config key: {c.name}")
+            base = new.get(c.name)
+            if base is None:
+                base = format_value(key.default) or ""
+            parts = [p for p in base.split(",") if p]
+            items = [item for item in (c.value or "").split(",") if item]
+            if op is AlterOp.APPEND:
+                parts += [item for item in items if item not in parts]
+            else:
+                parts = [p for p in parts if p not in items]
+            new[c.name] = ",".join(parts)
+    return new
 
 
 def _type_name(resource_type: int) -> str:
@@ -442,7 +554,9 @@ async def alter_resource(broker: Broker, resource_type: int, resource_name: str,
     """One resource of AlterConfigs (``incremental=False``) or IncrementalAlterConfigs; raises ApiError.
 
     Topic changes are validated in full (unknown keys, bad values, cross-key rules) before anything
-    is written, then persisted and applied to the live logs unless ``validate_only``.
+    is written, then persisted and applied to the live logs unless ``validate_only``. BROKER changes
+    (``"1"`` this broker, ``""`` the cluster-wide default) go to the broker's dynamic configs
+    (:class:`strata.broker.dynamic_config.DynamicBrokerConfigs`), which validate, persist and apply them.
     """
     check_changes(changes, incremental=incremental)
     if resource_type == ResourceType.TOPIC:
@@ -461,7 +575,11 @@ async def alter_resource(broker: Broker, resource_type: int, resource_name: str,
             await broker.admin.set_topic_configs(resource_name, overrides)
     elif resource_type == ResourceType.BROKER:
         check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
-        refuse_broker_changes(changes)
+        store: DynamicBrokerConfigs | None = getattr(broker, "dynamic_configs", None)
+        if store is None:
+            refuse_broker_changes(changes)
+        else:
+            await store.alter(resource_name, changes, incremental=incremental, validate_only=validate_only)
     else:
         raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {_type_name(resource_type)}")
 
@@ -478,6 +596,6 @@ def describe_resource(broker: Broker, views: ConfigViews, resource_type: int, re
     if resource_type == ResourceType.BROKER:
         check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
         if resource_name == "":
-            return []  # the cluster-wide dynamic defaults: Strata has none
+            return select(views.default_broker_configs(), keys)  # the cluster-wide dynamic defaults
         return select(views.broker_configs(), keys)
     raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource_type)}")

@@ -34,6 +34,7 @@ from strata.broker.cluster_services import (
 )
 from strata.broker.connection import ClientConnection
 from strata.broker.dispatch import handlers
+from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic
@@ -115,6 +116,7 @@ class Broker:
         self.logs = LogManager(config.log_dirs, self.topics.config, self.clock, self.scheduler,
                                remote_log_enabled_for=self.topics.remote_log_enabled)
         self.replicas = ReplicaManager(config.node_id, self.logs, self.topics.config, self.clock)
+        self.dynamic_configs = DynamicBrokerConfigs(self)  # loaded and applied in start()
         self.producer_ids: ProducerIdManager | ClusterProducerIdManager = ProducerIdManager(config.log_dirs[0])
         self.view: ClusterView = SingleNodeView(self)
         self.admin: TopicAdmin = LocalTopicAdmin(self)
@@ -281,6 +283,7 @@ class Broker:
             self._drop_orphan_logs()
             for info in self.topics:
                 self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
+        await self.dynamic_configs.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
         if self.config.remote.enabled:

@@ -193,6 +193,23 @@ class TopicRegistry:
         self._save()
         return effective
 
+    def check_defaults(self, defaults: LogConfig) -> str | None:
+        """Why ``defaults`` cannot become the broker-wide defaults (a topic's overrides over them break a
+        cross-key rule, e.g. its ``local.retention.ms`` above a lowered ``log.retention.ms``), or None."""
+        for info in self._topics.values():
+            if info.configs:
+                try:
+                    defaults.with_overrides(info.configs)
+                except InvalidConfigError as e:
+                    return f"topic '{info.name}' overrides: {e}"
+        return None
+
+    def set_defaults(self, defaults: LogConfig) -> None:
+        """New broker-wide defaults (dynamic broker configs): every topic's effective config follows, its own
+        overrides kept. The caller applies them to the open logs (``ReplicaManager.apply_config``)."""
+        self.defaults = defaults
+        self._configs.clear()
+
     # -- admin --------------------------------------------------------------------------------
 
     def colliding_topic(self, name: str) -> str | None:

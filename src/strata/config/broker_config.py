@@ -12,13 +12,14 @@ replication tuning) are accepted and listed in ``IGNORED_KEYS`` so real configs 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
-from strata.config.log_config import LogConfig
+from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
 from strata.errors import InvalidConfigError
 
@@ -112,6 +113,9 @@ class Listener:
         return cls(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
 
 
+_NO_CONFIGS: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     node_id: int
@@ -143,6 +147,12 @@ class BrokerConfig:
     cluster: ClusterConfig
     log_config: LogConfig
     raw: Mapping[str, str]
+    # Dynamic broker configs (strata.broker.dynamic_config): what AlterConfigs stored for this broker
+    # (resource "1") and cluster-wide (resource ""), as strings. ``raw`` stays the static config; only a
+    # broker that can change them at run time (``dynamic_configs_enabled``) reports dynamic keys as writable.
+    dynamic_broker_configs: Mapping[str, str] = field(default_factory=lambda: _NO_CONFIGS)
+    dynamic_default_configs: Mapping[str, str] = field(default_factory=lambda: _NO_CONFIGS)
+    dynamic_configs_enabled: bool = False
 
     @classmethod
     def from_props(cls, props: Mapping[str, object]) -> BrokerConfig:
@@ -204,6 +214,22 @@ class BrokerConfig:
             log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )
+
+    def with_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> BrokerConfig:
+        """This static config with dynamic broker configs over it (Kafka's ``updateCurrentConfig``).
+
+        Every field is the effective value (``per_broker`` over ``default`` over ``raw``, see
+        :func:`merge_dynamic_configs`) and ``log_config`` the effective topic defaults, the dynamic-only
+        log keys (``log.cleaner.delete.retention.ms`` ...) included; ``raw`` stays the static props and the
+        dynamic ones are kept beside it. Raises InvalidConfigError naming the key at fault.
+        """
+        merged = merge_dynamic_configs(self.raw, default, per_broker)
+        effective = BrokerConfig.from_props({k: v for k, v in merged.items() if k not in DYNAMIC_ONLY_CONFIG_DEF.keys})
+        extras = {topic: merged[key] for key, topic in DYNAMIC_ONLY_TOPIC_SYNONYMS.items() if key in merged}
+        log_config = effective.log_config.with_overrides(extras) if extras else effective.log_config
+        return replace(effective, log_config=log_config, raw=self.raw,
+                       dynamic_broker_configs=MappingProxyType(dict(per_broker)),
+                       dynamic_default_configs=MappingProxyType(dict(default)), dynamic_configs_enabled=True)
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
@@ -267,3 +293,162 @@ def _log_config_from(p: Mapping[str, Any]) -> LogConfig:
         "min.insync.replicas": p["min.insync.replicas"],
         "unclean.leader.election.enable": p["unclean.leader.election.enable"],
     })
+
+
+# -- dynamic broker configs (Kafka 3.9's DynamicBrokerConfig) -------------------------------------------
+
+MAX_INT = 2**31 - 1
+MAX_LONG = 2**63 - 1
+
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: keys that set the same thing, highest precedence first
+# (log.flush.scheduler.interval.ms only supplies the default of log.flush.interval.ms: it has no group of its own).
+BROKER_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+_SYNONYMS_OF = {name: group for group in BROKER_SYNONYM_GROUPS for name in group
+                if name != "log.flush.scheduler.interval.ms"}
+
+
+def broker_config_synonyms(name: str) -> tuple[str, ...]:
+    """``brokerConfigSynonyms(name)``: the group of ``name``, or ``name`` alone."""
+    return _SYNONYMS_OF.get(name, (name,))
+
+
+# DynamicLogConfig.ReconfigurableConfigs: the first broker synonym of every topic config
+# (ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS), so log.retention.ms is dynamic and log.retention.hours is not.
+DYNAMIC_LOG_CONFIGS = frozenset({
+    "log.segment.bytes", "log.roll.ms", "log.roll.jitter.ms", "log.index.size.max.bytes",
+    "log.flush.interval.messages", "log.flush.interval.ms", "log.retention.bytes", "log.retention.ms",
+    "message.max.bytes", "log.index.interval.bytes", "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "log.segment.delete.delay.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleanup.policy", "unclean.leader.election.enable",
+    "min.insync.replicas", "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level", "log.preallocate", "log.message.format.version", "log.message.timestamp.type",
+    "log.message.timestamp.difference.max.ms", "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms", "log.message.downconversion.enable", "log.local.retention.ms",
+    "log.local.retention.bytes",
+})
+# LogCleaner.ReconfigurableConfigs
+DYNAMIC_CLEANER_CONFIGS = frozenset({
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.buffer.size", "message.max.bytes", "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
+})
+# DynamicThreadPool.ReconfigurableConfigs
+DYNAMIC_THREAD_POOL_CONFIGS = frozenset({
+    "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir", "background.threads"})
+# DynamicListenerConfig.ReconfigurableConfigs without its SSL and SASL keys (Strata has neither)
+DYNAMIC_LISTENER_CONFIGS = frozenset({
+    "listeners", "listener.security.protocol.map", "max.connections", "max.connection.creation.rate",
+    "num.network.threads"})
+# SocketServer.ReconfigurableConfigs
+DYNAMIC_SOCKET_SERVER_CONFIGS = frozenset({
+    "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections", "max.connection.creation.rate"})
+# DynamicBrokerConfig.DynamicProducerStateManagerConfig
+DYNAMIC_PRODUCER_STATE_CONFIGS = frozenset({"producer.id.expiration.ms", "transaction.partition.verification.enable"})
+# DynamicRemoteLogConfig.ReconfigurableConfigs: Kafka 3.9's four, then the thread pools and the ListOffsets
+# timeout that Kafka 4.0 added to the set
+DYNAMIC_REMOTE_LOG_CONFIGS = frozenset({
+    "remote.log.index.file.cache.total.size.bytes", "remote.fetch.max.wait.ms",
+    "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
+    "remote.log.manager.copier.thread.pool.size", "remote.log.manager.expiration.thread.pool.size",
+    "remote.log.manager.follower.thread.pool.size", "remote.log.reader.threads",
+    "remote.list.offsets.request.timeout.ms",
+})
+# QuotaConfigs.brokerQuotaConfigs: the replication throttles (kafka-reassign-partitions --throttle sets them)
+DYNAMIC_QUOTA_CONFIGS = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second"})
+
+# DynamicBrokerConfig.AllDynamicConfigs (as far as Strata has the machinery's keys): every other key is
+# refused with "Cannot update these configs dynamically".
+DYNAMIC_BROKER_CONFIGS = frozenset().union(
+    DYNAMIC_LOG_CONFIGS, DYNAMIC_CLEANER_CONFIGS, DYNAMIC_THREAD_POOL_CONFIGS, DYNAMIC_LISTENER_CONFIGS,
+    DYNAMIC_SOCKET_SERVER_CONFIGS, DYNAMIC_PRODUCER_STATE_CONFIGS, DYNAMIC_REMOTE_LOG_CONFIGS, DYNAMIC_QUOTA_CONFIGS,
+    {"metric.reporters"})
+# ClusterLevelListenerConfigs; the other listener keys are PerBrokerConfigs: refused on the cluster-wide resource
+CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset({"max.connections", "max.connection.creation.rate", "num.network.threads"})
+PER_BROKER_CONFIGS = DYNAMIC_LISTENER_CONFIGS - CLUSTER_LEVEL_LISTENER_CONFIGS
+# Thread counts: a change must stay between half and double the current count (DynamicThreadPool, LogCleaner)
+DYNAMIC_THREAD_COUNT_CONFIGS = DYNAMIC_THREAD_POOL_CONFIGS | {
+    "num.network.threads", "log.cleaner.threads", "remote.log.manager.copier.thread.pool.size",
+    "remote.log.manager.expiration.thread.pool.size", "remote.log.manager.follower.thread.pool.size",
+    "remote.log.reader.threads"}
+
+# Dynamic broker keys that map to a topic config but that server.properties does not take: broker key -> topic key.
+DYNAMIC_ONLY_TOPIC_SYNONYMS: dict[str, str] = {
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.preallocate": "preallocate",
+    "log.message.downconversion.enable": "message.downconversion.enable",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+}
+
+
+def _topic_default_key(broker_key: str, topic_key: str) -> ConfigKey:
+    k = LOG_CONFIG_DEF.keys[topic_key]
+    return ConfigKey(broker_key, k.type, k.default, k.validator, f"Default {topic_key}")
+
+
+_NO_EFFECT = "Accepted and stored; Strata has no such machinery"
+
+# Kafka's types, defaults and validators of the dynamic keys BROKER_CONFIG_DEF does not have (some of them are
+# IGNORED_KEYS in server.properties): they can only be set dynamically, and are accepted, stored and reported.
+DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
+    *(_topic_default_key(b, t) for b, t in DYNAMIC_ONLY_TOPIC_SYNONYMS.items()),
+    ConfigKey("log.message.format.version", "string", "3.0-IV1", None, "Accepted; batches are stored as produced"),
+    ConfigKey("log.message.timestamp.difference.max.ms", "long", MAX_LONG, at_least(0),
+              "Accepted (deprecated in Kafka); see log.message.timestamp.before/after.max.ms"),
+    ConfigKey("log.cleaner.threads", "int", 1, at_least(0), _NO_EFFECT),
+    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 128 * 1024 * 1024, None, _NO_EFFECT),
+    ConfigKey("log.cleaner.io.buffer.load.factor", "double", 0.9, None, _NO_EFFECT),
+    ConfigKey("log.cleaner.io.buffer.size", "int", 512 * 1024, at_least(0), _NO_EFFECT),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, None, _NO_EFFECT),
+    ConfigKey("log.cleaner.backoff.ms", "long", 15_000, at_least(0), _NO_EFFECT),
+    ConfigKey("num.io.threads", "int", 8, at_least(1), _NO_EFFECT),
+    ConfigKey("num.network.threads", "int", 3, at_least(1), _NO_EFFECT),
+    ConfigKey("num.recovery.threads.per.data.dir", "int", 1, at_least(1), _NO_EFFECT),
+    ConfigKey("background.threads", "int", 10, at_least(1), _NO_EFFECT),
+    ConfigKey("listener.security.protocol.map", "string",
+              "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None, _NO_EFFECT),
+    ConfigKey("max.connections", "int", MAX_INT, at_least(0), _NO_EFFECT),
+    ConfigKey("max.connection.creation.rate", "int", MAX_INT, at_least(0), _NO_EFFECT),
+    ConfigKey("max.connections.per.ip", "int", MAX_INT, at_least(0), _NO_EFFECT),
+    ConfigKey("max.connections.per.ip.overrides", "string", "", None, _NO_EFFECT),
+    ConfigKey("metric.reporters", "list", [], None, _NO_EFFECT),
+    ConfigKey("transaction.partition.verification.enable", "bool", True, None, _NO_EFFECT),
+    ConfigKey("remote.log.manager.copy.max.bytes.per.second", "long", MAX_LONG, at_least(1), _NO_EFFECT),
+    ConfigKey("remote.log.manager.fetch.max.bytes.per.second", "long", MAX_LONG, at_least(1), _NO_EFFECT),
+    ConfigKey("leader.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),
+    ConfigKey("follower.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", MAX_LONG, at_least(0), _NO_EFFECT),
+])
+
+
+def broker_config_key(name: str) -> ConfigKey | None:
+    """The definition of a broker key, whether server.properties takes it or it can only be set dynamically."""
+    return BROKER_CONFIG_DEF.keys.get(name) or DYNAMIC_ONLY_CONFIG_DEF.keys.get(name)
+
+
+def merge_dynamic_configs(static: Mapping[str, str], default: Mapping[str, str],
+                          per_broker: Mapping[str, str]) -> dict[str, str]:
+    """Kafka's ``overrideProps``: the static props, then the cluster-wide dynamic ones, then this broker's.
+
+    Setting a key drops its synonyms from what is below it (a dynamic ``log.retention.ms`` removes a static
+    ``log.retention.hours``, a dynamic ``log.flush.interval.ms`` a static ``log.flush.scheduler.interval.ms``),
+    so the dynamic value wins whatever precedence the names have among themselves.
+    """
+    props = dict(static)
+    for level in (default, per_broker):
+        for key, value in level.items():
+            for synonym in broker_config_synonyms(key):
+                props.pop(synonym, None)
+            props[key] = value
+    return props

@@ -1,10 +1,12 @@
-"""AlterConfigs (legacy): each TOPIC resource's entries become that topic's whole override set.
+"""AlterConfigs (legacy): each resource's entries become its whole set of dynamic configs.
 
-Keys left out of the request go back to the broker default, which is why clients moved to
-IncrementalAlterConfigs; the semantics are kept exactly because old tools still rely on them.
-Each resource is validated in full before anything is written and fails on its own; a resource
-named twice fails both times. BROKER resources are refused (Strata has no dynamic broker configs),
-with a message saying where broker keys are set. Rules: :mod:`strata.broker.config_views`.
+For a TOPIC that is its override set; for a BROKER (``"<id>"`` this broker, ``""`` the cluster-wide
+default) its dynamic broker configs (:mod:`strata.broker.dynamic_config`). Keys left out of the
+request go back to what is below them (the broker default, the static config), which is why clients
+moved to IncrementalAlterConfigs; the semantics are kept exactly because old tools still rely on
+them. Each resource is validated in full before anything is written and fails on its own; a
+resource named twice fails both times; broker keys that cannot change at run time are refused with
+Kafka's "Cannot update these configs dynamically: Set(...)". Rules: :mod:`strata.broker.config_views`.
 """
 
 from __future__ import annotations

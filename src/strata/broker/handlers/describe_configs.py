@@ -1,8 +1,10 @@
 """DescribeConfigs: TOPIC and BROKER resources, with Kafka's sources, synonyms and types.
 
-The rules live in :mod:`strata.broker.config_views`; this handler only walks the resources. Each
-resource fails on its own (unknown topic, another broker's id, an unsupported resource type) with
-an empty config list, as in Kafka's ``ConfigHelper.describeConfigs``.
+The rules live in :mod:`strata.broker.config_views`; this handler only walks the resources. A BROKER
+resource is this broker's every key (``"<id>"``, dynamic values included) or the cluster-wide dynamic
+defaults (``""``: only the keys set there), as in Kafka's ``ConfigHelper``. Each resource fails on its
+own (unknown topic, another broker's id, an unsupported resource type) with an empty config list, as
+in Kafka's ``ConfigHelper.describeConfigs``.
 """
 
 from __future__ import annotations
