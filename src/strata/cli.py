@@ -273,7 +273,7 @@ def _cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from strata.config.broker_config import BrokerConfig
-    from strata.errors import InvalidConfigError, KafkaStorageError
+    from strata.errors import ClusterError, InvalidConfigError, KafkaStorageError
 
     overrides = {}
     for item in args.overrides:
@@ -294,7 +294,7 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     except InvalidConfigError as e:  # found once plugins load (a class that does not exist, bad rsm.config.*)
         print(f"strata serve: invalid configuration: {e}", file=sys.stderr)
         return 2
-    except (KafkaStorageError, OSError) as e:
+    except (KafkaStorageError, ClusterError, OSError) as e:  # ZooKeeper unreachable, broker id taken, ...
         print(f"strata serve: {e}", file=sys.stderr)
         return 1
     return 0

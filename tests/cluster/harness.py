@@ -7,6 +7,7 @@ Every wait is on a condition with a deadline; brokers are stopped by their pids.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
+from tests.broker import harness as broker_harness
 from tests.broker.harness import BrokerProcess
 
 from strata.tools.zookeeper import free_port
@@ -31,13 +33,41 @@ CLUSTER_DEFAULTS = {
 }
 
 
+class _VerboseSubprocess:
+    """``subprocess`` as :class:`BrokerProcess` sees it, with ``strata serve -v``: INFO lines too."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(args: list[str], *rest: Any, **kwargs: Any) -> subprocess.Popen[bytes]:  # noqa: N802
+        if args[3:4] == ["serve"]:
+            args = [*args[:4], "-v", *args[4:]]
+        return subprocess.Popen(args, *rest, **kwargs)
+
+
+class VerboseBrokerProcess(BrokerProcess):
+    """A broker logging at INFO (``strata serve -v``), for tests that read what it did in its log
+    (a truncation, a re-registration) and for the log tails shown when a test fails."""
+
+    def start(self) -> BrokerProcess:
+        real = broker_harness.subprocess
+        broker_harness.subprocess = _VerboseSubprocess()  # type: ignore[assignment]
+        try:
+            return super().start()
+        finally:
+            broker_harness.subprocess = real
+
+
 class Cluster:
-    def __init__(self, zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None) -> None:
+    def __init__(self, zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None,
+                 verbose: bool = False) -> None:
         self.zk_connect = zk_connect
         self._admin: AdminClient | None = None
         self.brokers: dict[int, BrokerProcess] = {}
+        process = VerboseBrokerProcess if verbose else BrokerProcess
         for broker_id in range(1, size + 1):
-            b = BrokerProcess(base / f"broker-{broker_id}", {
+            b = process(base / f"broker-{broker_id}", {
                 **CLUSTER_DEFAULTS, "zookeeper.connect": zk_connect, "broker.id": str(broker_id), **(props or {})})
             b.port = free_port()  # fixed ports: a restarted broker comes back at the same address
             self.brokers[broker_id] = b
@@ -97,9 +127,9 @@ def wait_until(cond: Callable[[], T], timeout_s: float, what: str, interval_s: f
 
 
 @contextmanager
-def running_cluster(zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None
-                    ) -> Iterator[Cluster]:
-    cluster = Cluster(zk_connect, base, size, props)
+def running_cluster(zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None,
+                    verbose: bool = False) -> Iterator[Cluster]:
+    cluster = Cluster(zk_connect, base, size, props, verbose)
     try:
         yield cluster.start()
     except BaseException:

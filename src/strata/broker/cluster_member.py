@@ -22,7 +22,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.cluster.metadata import MetadataListener
@@ -151,7 +151,18 @@ class ClusterMember:
 
     def _apply(self, tp: TopicPartition, topic_id: uuid.UUID, state: LeaderAndIsr) -> None:
         assignment = self.node.metadata.topics[tp.topic].partitions.get(tp.partition)
+        if state.leader == self.broker_id and not self._written_for_this_registration(tp):
+            # A leadership recorded before this broker's current registration (it restarted, or its
+            # session expired) is not taken up: its log may be shorter than what followers acknowledged
+            # meanwhile (a wiped disk, a kill -9 before the page cache was written). Kafka's restarted
+            # broker likewise waits for the controller, which gives the partition a new epoch once it
+            # sees the broker register; until then this replica neither leads nor fetches.
+            state = replace(state, leader=LeaderAndIsr.NO_LEADER)
         self.replicas.become_leader_or_follower(tp, topic_id, partition_state(state, assignment))
+
+    def _written_for_this_registration(self, tp: TopicPartition) -> bool:
+        node = self.node
+        return node.registered.is_set() and node.metadata.state_mzxids.get(tp, 0) > node.broker_epoch
 
     def _on_transition(self, tp: TopicPartition, transition: str, part: Partition) -> None:
         if transition == Transition.BECAME_LEADER:

@@ -449,8 +449,9 @@ class Broker:
             bound = (cfg.controlled_shutdown_max_retries + 1) * cfg.controlled_shutdown_retry_backoff_ms / 1000
             try:
                 left = await self.cluster.controlled_shutdown(min(bound, 30.0))
-                lifecycle.info("controlled shutdown: %s", "leadership moved to other replicas" if not left
-                               else f"{left} partitions still led here (no other replica in sync)")
+                lifecycle.info("controlled shutdown: %s", "leadership moved to other replicas" if not left else
+                               f"{left} partitions still led here (no other live in-sync replica, or the "
+                               "controller could not be reached)")
             except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: shut down anyway
                 log.warning("controlled shutdown failed: %s", e)
         if self._server_sock is not None:

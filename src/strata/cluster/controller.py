@@ -33,7 +33,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.cluster import algorithms
-from strata.cluster.zk import AsyncZk, MultiError, Op, SessionState, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
+from strata.cluster.zk import (
+    AsyncZk,
+    MultiError,
+    Op,
+    SessionState,
+    ZkBadVersionError,
+    ZkNodeExistsError,
+    ZkNoNodeError,
+    ZkSessionExpiredError,
+    ZkUnavailableError,
+)
 from strata.cluster.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,
@@ -186,6 +196,16 @@ class KafkaController:
                 continue
             except asyncio.CancelledError:
                 raise
+            except (ZkUnavailableError, ZkSessionExpiredError) as e:
+                # ZooKeeper away (an outage, a lost session): no bug to show a traceback for. A lost
+                # session resigns and elects again by itself; an active controller retries.
+                log.warning("controller event %s not completed: %s%s", kind, e,
+                            "; retrying in 1s" if self.active else "")
+                if fut is not None and not fut.done():
+                    fut.set_exception(e)
+                if self.active:
+                    asyncio.get_running_loop().call_later(1.0, self.enqueue, kind, payload)
+                continue
             except Exception as e:
                 log.exception("controller event %s failed", kind)
                 if fut is not None and not fut.done():
@@ -304,6 +324,21 @@ class KafkaController:
             await self._read_state(TopicPartition(name, p))
         return assignment
 
+    def observe_state(self, tp: TopicPartition, state: LeaderAndIsr | None) -> None:
+        """A partition state seen in ZooKeeper (the broker's metadata watch): keep the view current.
+
+        Leaders change ISRs themselves (``ClusterNode.write_isr``), which the controller does not
+        write and would otherwise only learn of when one of its own conditional writes lost. Kafka's
+        ZooKeeper controller learnt them from ``/isr_change_notification``; without them a replica
+        that rejoined an ISR and then died would stay in it (the leader only drops it after
+        ``replica.lag.time.max.ms``, acks=all waiting meanwhile). Only newer versions are taken:
+        the controller's own writes are in the view already."""
+        if state is None or tp.topic not in self.assignments:
+            return
+        current = self.states.get(tp)
+        if current is None or state.partition_epoch > current.partition_epoch:
+            self.states[tp] = state
+
     def _forget_topic(self, name: str) -> None:
         self.assignments.pop(name, None)
         stop = self._topic_watches.pop(name, None)
@@ -336,7 +371,14 @@ class KafkaController:
     # -- fenced writes ------------------------------------------------------------------------
 
     async def _fenced(self, ops: list[Op]) -> list[Any]:
-        """``wrapRequestWithControllerEpochCheck``: the write happens only while we are controller."""
+        """``wrapRequestWithControllerEpochCheck``: the write happens only while we are controller.
+
+        A controller that never won an election (or resigned) writes nothing: without an epoch
+        version of its own the check would name version -1, which ZooKeeper reads as "any version"
+        (Kafka's ``MatchAnyVersion``) and so would let the write through.
+        """
+        if not self.active or self.epoch_zk_version < 0:
+            raise ControllerMovedError(f"broker {self.broker_id} is not the controller")
         try:
             results = await self.zk.multi([Op.check(ControllerEpochZNode.PATH, self.epoch_zk_version), *ops])
         except MultiError as e:
@@ -377,9 +419,10 @@ class KafkaController:
 
     # -- reconciliation -------------------------------------------------------------------------
 
-    async def _reconcile(self, tps: Iterable[TopicPartition]) -> None:
-        """Bring each partition to a state consistent with the live brokers (idempotent)."""
-        live = set(self.live) - self.shutting_down
+    async def _reconcile(self, tps: Iterable[TopicPartition], not_live: Iterable[int] = ()) -> None:
+        """Bring each partition to a state consistent with the live brokers (idempotent); brokers in
+        ``not_live`` are handled as if they were not (the failure half of a bounce)."""
+        live = set(self.live) - self.shutting_down - set(not_live)
         for tp in sorted(tps):
             assignment = self._assignment(tp)
             if assignment is None:
@@ -392,7 +435,7 @@ class KafkaController:
                 continue
             # replicas that are not live leave the ISR (the leader among them loses leadership)
             for dead in [r for r in state.isr if r not in live and r not in self.shutting_down]:
-                await self._update(tp, lambda s, dead=dead: algorithms.remove_replica_from_isr(s, dead))
+                await self._update(tp, lambda s, dead=dead: _remove_from_isr(s, dead))
             state = self.states.get(tp)
             if state is None:
                 continue
@@ -444,15 +487,21 @@ class KafkaController:
             log.info("controller: brokers %s (new %s, gone %s, restarted %s)", sorted(self.live), sorted(new),
                      sorted(dead), sorted(bounced))
         self.shutting_down -= dead | bounced
-        affected = {tp for tp, s in self.states.items() if set(s.isr) & (dead | bounced) or s.leader in dead | bounced
-                    or not s.has_leader}
+        # A broker registered again without its failure having been handled: bounced (a new broker epoch
+        # under the same id), or new here yet still leading (this controller never saw it go). It may
+        # have come back with less than it had (a fast restart on an empty disk), so it must neither
+        # keep leading nor count as in sync. (A new broker merely in an ISR is not one of them: a
+        # leader may have taken it back in before this event was handled.)
+        restarted = bounced | {b for b in new if any(b == s.leader for s in self.states.values())}
+        affected = {tp for tp, s in self.states.items() if set(s.isr) & (dead | restarted)
+                    or s.leader in dead | restarted or not s.has_leader}
         affected |= {tp for tp in self._all_partitions() if tp not in self.states}
-        if bounced:
-            # Kafka: a bounced broker is a failure followed by a startup; its leaderships get a new epoch
-            # so that it truncates and every follower refetches from the same epoch.
-            for tp, s in list(self.states.items()):
-                if s.leader in bounced:
-                    await self._update(tp, lambda st: st.new_epoch() if st.leader in bounced else None)
+        if restarted:
+            # Kafka's processBrokerChange: a bounced broker is a failure followed by a startup. Failure:
+            # its leaderships move to other in-sync replicas and it leaves the ISRs (a last member stays,
+            # without leader); startup (the pass below): it leads again only where it is the only choice,
+            # and rejoins the other ISRs once it has caught up.
+            await self._reconcile(affected, not_live=restarted)
         await self._reconcile(affected)
         await self._on_deletions(None)
 
@@ -710,3 +759,13 @@ class KafkaController:
         self._forget_topic(topic)
         self._deleting.discard(topic)
         log.info("topic %s deleted", topic)
+
+
+def _remove_from_isr(state: LeaderAndIsr, replica: int) -> LeaderAndIsr | None:
+    """``remove_replica_from_isr``, but nothing to write when nothing changes: an offline partition keeps
+    its last ISR member (leader -1, ISR [dead]), and bumping its leader epoch again at every broker
+    change (or controller failover) would only churn the state znode."""
+    new = algorithms.remove_replica_from_isr(state, replica)
+    if new is not None and new.leader == state.leader and new.isr == state.isr:
+        return None
+    return new

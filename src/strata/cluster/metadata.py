@@ -61,6 +61,7 @@ class MetadataCache:
     controller_id: int = -1
     topics: dict[str, TopicAssignment] = field(default_factory=dict)
     states: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
+    state_mzxids: dict[TopicPartition, int] = field(default_factory=dict)  # when each state was written
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     deleting: dict[str, frozenset[int]] = field(default_factory=dict)
     listeners: list[MetadataListener] = field(default_factory=list)
@@ -115,11 +116,36 @@ class MetadataCache:
             if kind == "initialized":
                 self._initialized[root].set()
                 return
+            if kind == "lost":  # stale until read again on the new session
+                self._initialized[root].clear()
+                return
             try:
                 handler(kind, path, data, stat)
             except ZNodeDecodeError as e:
                 log.error("ignoring unreadable znode %s: %s", path, e)
         return on_event
+
+    @property
+    def synced(self) -> bool:
+        """Every mirrored tree has been read on the current session (False after a session loss
+        until the trees were read again: changes made meanwhile were not watched)."""
+        return bool(self._initialized) and all(e.is_set() for e in self._initialized.values())
+
+    def mark_stale(self) -> None:
+        """The session expired: until every tree was read again on the new session, the mirror may
+        miss changes (each tree's cache reports the loss too; this closes the window before it does)."""
+        for done in self._initialized.values():
+            done.clear()
+
+    async def wait_synced(self, timeout_s: float) -> bool:
+        """Wait until :attr:`synced`; False after ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                for done in self._initialized.values():
+                    await done.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def stop(self) -> None:
         for stop in self._stops:
@@ -169,8 +195,10 @@ class MetadataCache:
             state = None
             if kind == "removed":
                 self.states.pop(tp, None)
+                self.state_mzxids.pop(tp, None)
             elif data is not None and stat is not None:
                 state = self.states[tp] = TopicPartitionStateZNode.decode(data, stat.version)
+                self.state_mzxids[tp] = stat.mzxid
             for listener in self.listeners:
                 listener.partition_state_changed(tp, state)
 

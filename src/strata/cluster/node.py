@@ -52,6 +52,7 @@ from strata.errors import ApiError, ErrorCode
 from strata.replication.partition import PartitionState
 
 log = logging.getLogger(__name__)
+lifecycle = logging.getLogger("strata.lifecycle")  # shown at the default level, like startup and shutdown
 
 
 def partition_state(state: LeaderAndIsr, assignment: ReplicaAssignment | None) -> PartitionState:
@@ -81,11 +82,15 @@ class ClusterNode:
                           connection_timeout_ms=config.zookeeper_connection_timeout_ms)
         self.metadata = MetadataCache(self.zk)
         self.controller = KafkaController(self.zk, broker_id, config)
+        # the controller's view of partition states follows ZooKeeper (leaders change ISRs themselves)
+        self.metadata.listeners.append(MetadataListener(partition_state_changed=self.controller.observe_state))
         self.cluster_id = ""
         self.broker_epoch = -1
         self.registered = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._reregistering: asyncio.Task[Any] | None = None
+        self._suspended = False
         self.on_session_lost: list[Any] = []
         self.on_reregistered: list[Any] = []
 
@@ -131,35 +136,63 @@ class ClusterNode:
     def _on_session(self, state: SessionState) -> None:
         if self._closing:
             return
-        if state == SessionState.LOST:
+        if state == SessionState.SUSPENDED:
+            self._suspended = True
+            log.warning("lost the connection to ZooKeeper; serving on, the session survives if it comes back "
+                        "within zookeeper.session.timeout.ms=%d", self.config.zookeeper_session_timeout_ms)
+        elif state == SessionState.LOST:
+            self._suspended = False
             log.warning("ZooKeeper session expired: this broker's registration and leaderships are gone; "
                         "acks=all appends are refused until it has re-registered")
             self.registered.clear()
+            self.metadata.mark_stale()
             for fn in self.on_session_lost:
                 fn()
-        elif state == SessionState.CONNECTED and not self.registered.is_set() and self.broker_epoch >= 0:
-            self._spawn(self._reregister())
+        elif state == SessionState.CONNECTED:
+            if self._suspended and self.registered.is_set():
+                lifecycle.info("connected to ZooKeeper again; the session (and this broker's registration) "
+                               "survived")
+            self._suspended = False
+            if not self.registered.is_set() and self.broker_epoch >= 0 and (
+                    self._reregistering is None or self._reregistering.done()):
+                self._reregistering = self._spawn(self._reregister())
 
     async def _reregister(self) -> None:
-        try:
-            self.broker_epoch = await register_broker(self.zk, self._registration(),
-                                                      wait_s=self.config.zookeeper_session_timeout_ms / 1000 + 2)
-        except Exception as e:  # noqa: BLE001 - the next CONNECTED retries
-            log.error("re-registration failed: %s", e)
-            return
-        self.registered.set()
-        log.info("re-registered as broker %d (broker epoch %d)", self.broker_id, self.broker_epoch)
-        for fn in self.on_reregistered:
-            fn()
+        """Register again on the new session, then -- once the metadata mirror was read again on it, so
+        that no state from before the expiry is taken for the current one -- re-apply every partition
+        state (``on_reregistered``). Retried until it succeeds: a broker must not stay unregistered
+        because ZooKeeper failed once more in the middle."""
+        wait_s = self.config.zookeeper_session_timeout_ms / 1000 + 2
+        while not self._closing and not self.registered.is_set():
+            try:
+                self.broker_epoch = await register_broker(self.zk, self._registration(), wait_s=wait_s)
+                session = self.zk.session_id  # the session the registration belongs to
+                while not await self.metadata.wait_synced(wait_s):
+                    log.info("waiting for the metadata to be read again from ZooKeeper")
+                if self.zk.session_id != session:
+                    continue  # expired again meanwhile: that registration is gone too
+            except Exception as e:  # noqa: BLE001 - ZooKeeper failed again meanwhile: retried
+                log.warning("re-registration as broker %d failed: %s; retrying", self.broker_id, e)
+                await asyncio.sleep(0.5)
+                continue
+            self.registered.set()
+            lifecycle.info("re-registered as broker %d (broker epoch %d) after the ZooKeeper session expired",
+                           self.broker_id, self.broker_epoch)
+            for fn in self.on_reregistered:
+                fn()
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def controlled_shutdown(self, timeout_s: float) -> int:
         """Ask the controller to move leadership away (Kafka's controlled shutdown) and wait until no
-        partition with another replica is led here; returns how many still are after ``timeout_s``."""
+        partition with another replica is led here; returns how many still are after ``timeout_s``.
+
+        Bounded as a whole: with ZooKeeper unreachable the request itself waits for a connection
+        (kazoo queues calls until it is back), and a stopping broker must not wait for that."""
         from strata.cluster.controller import CONTROLLED_SHUTDOWN_PATH
 
         cache = self.metadata
@@ -172,11 +205,17 @@ class ClusterNode:
 
         if not self.registered.is_set() or not still_leading():
             return 0
+        deadline = time.monotonic() + timeout_s
         try:
-            await self.zk.create(f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker_id}", ephemeral=True, makepath=True)
+            async with asyncio.timeout(timeout_s):
+                await self.zk.create(f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker_id}", ephemeral=True,
+                                     makepath=True)
         except ZkNodeExistsError:
             pass
-        await self.wait_for(lambda: not still_leading(), timeout_s)
+        except TimeoutError:
+            log.warning("controlled shutdown: ZooKeeper did not take the request within %.1fs", timeout_s)
+            return still_leading()
+        await self.wait_for(lambda: not still_leading(), max(0.0, deadline - time.monotonic()))
         return still_leading()
 
     # -- the cluster view ---------------------------------------------------------------------

@@ -31,6 +31,30 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# How long kazoo waits between two rounds of connection attempts at most. Its default grows the
+# pause exponentially up to an hour, so after a ZooKeeper outage of a minute a broker would come
+# back minutes late -- long after its session expired. ZooKeeper's own client retries within a
+# second; so does this.
+RECONNECT_MAX_DELAY_S = 1.0
+
+
+class _KazooLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """kazoo's connection chatter (every dropped connection and failed attempt is a WARNING) one
+    level down, at INFO: what matters -- the session suspended, expired, back -- is logged once per
+    change by whoever listens to the session states (``ClusterNode``). Errors stay errors."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        super().log(logging.INFO if level == logging.WARNING else level, msg, *args, **kwargs)
+
+
+_kazoo_log = _KazooLog(logging.getLogger("kazoo.client"), {})
+
+
+def _client(hosts: str, session_timeout_ms: int) -> KazooClient:
+    return KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000, logger=_kazoo_log,
+                       connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2,
+                                         "max_delay": RECONNECT_MAX_DELAY_S})
+
 
 class ZkError(Exception):
     """A ZooKeeper call failed."""
@@ -181,15 +205,19 @@ class AsyncZk:
         loop = self.loop
         timeout_s = self.connection_timeout_ms / 1000
         if self.chroot:
-            root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+            root = _client(self.hosts, self.session_timeout_ms)
             try:
                 await loop.run_in_executor(None, root.start, timeout_s)
                 await loop.run_in_executor(None, root.ensure_path, self.chroot)
             except KazooTimeoutError:
                 raise ZkUnavailableError(self._unreachable()) from None
+            except kex.KazooException as e:  # e.g. the connection lost again while creating the chroot
+                err = _translate(e)
+                raise (ZkUnavailableError(f"{self._unreachable()}: {err}") if isinstance(err, ZkUnavailableError)
+                       else err) from None
             finally:
                 await loop.run_in_executor(None, _stop_and_close, root)
-        zk = KazooClient(hosts=self.connect, timeout=self.session_timeout_ms / 1000)
+        zk = _client(self.connect, self.session_timeout_ms)
         zk.add_listener(self._on_kazoo_state)
         try:
             await loop.run_in_executor(None, zk.start, timeout_s)
@@ -384,12 +412,15 @@ class AsyncZk:
         """Mirror the subtree under ``path``; ``on_event(kind, path, data, stat)`` on the loop.
 
         ``kind`` is ``added``, ``updated``, ``removed`` or ``initialized`` (every znode present at
-        the start has been reported). The cache re-reads the tree after a session loss.
+        the start has been reported). The cache re-reads the tree after a session loss: ``lost``
+        says the session expired (the mirror may be stale: changes made meanwhile were not
+        watched), and the next ``initialized`` that the tree was read again on the new session.
         """
         cache = TreeCache(self._require(), path)
         loop = self.loop
         kinds = {TreeEvent.NODE_ADDED: "added", TreeEvent.NODE_UPDATED: "updated",
-                 TreeEvent.NODE_REMOVED: "removed", TreeEvent.INITIALIZED: "initialized"}
+                 TreeEvent.NODE_REMOVED: "removed", TreeEvent.INITIALIZED: "initialized",
+                 TreeEvent.CONNECTION_LOST: "lost"}
 
         def listener(event: Any) -> None:  # kazoo thread
             kind = kinds.get(event.event_type)
@@ -402,7 +433,12 @@ class AsyncZk:
             st = None if node.stat is None else ZnodeStat.of(node.stat)
             loop.call_soon_threadsafe(on_event, kind, node.path, node.data, st)
 
+        def fault(e: BaseException) -> None:  # kazoo thread; without a listener kazoo logs a traceback
+            log.warning("ZooKeeper mirror of %s: %s (it is read again when the connection is back)", path,
+                        _translate(e))
+
         cache.listen(listener)
+        cache.listen_fault(fault)
         cache.start()
 
         def stop() -> None:

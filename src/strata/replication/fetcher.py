@@ -212,10 +212,10 @@ class ReplicaFetcher:
                     self._partition_error(state, int(p.error_code), "OffsetForLeaderEpoch")
                     continue
                 offset, done = truncation_offset(plog, p.leader_epoch, p.end_offset)
-                if offset < plog.log_end_offset or not done:
-                    log.info("%s: truncating to %d (leader %d: epoch %d ends at %d; our end %d)", state.tp, offset,
-                             self.source_id, p.leader_epoch, p.end_offset, plog.log_end_offset)
-                    plog.truncate_to(offset)
+                if offset < plog.log_end_offset:  # records written under an older leader that this one lacks
+                    log.warning("%s: truncating to %d (leader %d: epoch %d ends at %d; our end %d)", state.tp, offset,
+                                self.source_id, p.leader_epoch, p.end_offset, plog.log_end_offset)
+                plog.truncate_to(offset)  # also drops an epoch this replica led without writing (at the end)
                 state.truncating = not done
 
     # -- fetch --------------------------------------------------------------------------------------

@@ -168,8 +168,10 @@ class ZooKeeperEnsemble:
         return ",".join(s.connect for s in self.servers)
 
     def start(self) -> ZooKeeperEnsemble:
+        """Start every member that is not running (all of them at first; after a failure, the dead)."""
         for s in self.servers:
-            s.start()
+            if s.pid is None:
+                s.start()
         return self
 
     def wait_ready(self, timeout_s: float = 60.0) -> ZooKeeperEnsemble:
