@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from strata.client.async_wire import AsyncBrokerConnection
 from strata.client.wire import WireError
@@ -200,23 +201,26 @@ class ReplicaFetcher:
             return
         response = await conn.call(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=self.local_id,
                                    topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
-        for t in response.topics:
-            for p in t.partitions:
-                state = self.partitions.get(TopicPartition(t.topic, p.partition))
-                if state is None:
-                    continue
-                plog = self._log_of(state)
-                if plog is None:
-                    continue
-                if p.error_code:
-                    self._partition_error(state, int(p.error_code), "OffsetForLeaderEpoch")
-                    continue
-                offset, done = truncation_offset(plog, p.leader_epoch, p.end_offset)
-                if offset < plog.log_end_offset:  # records written under an older leader that this one lacks
-                    log.warning("%s: truncating to %d (leader %d: epoch %d ends at %d; our end %d)", state.tp, offset,
-                                self.source_id, p.leader_epoch, p.end_offset, plog.log_end_offset)
-                plog.truncate_to(offset)  # also drops an epoch this replica led without writing (at the end)
-                state.truncating = not done
+        for state, plog, p in self._answered(((t.topic, t.partitions) for t in response.topics), "partition"):
+            if p.error_code:
+                self._partition_error(state, int(p.error_code), "OffsetForLeaderEpoch")
+                continue
+            offset, done = truncation_offset(plog, p.leader_epoch, p.end_offset)
+            if offset < plog.log_end_offset:  # records written under an older leader that this one lacks
+                log.warning("%s: truncating to %d (leader %d: epoch %d ends at %d; our end %d)", state.tp, offset,
+                            self.source_id, p.leader_epoch, p.end_offset, plog.log_end_offset)
+            plog.truncate_to(offset)  # also drops an epoch this replica led without writing (at the end)
+            state.truncating = not done
+
+    def _answered(self, topics: Iterable[tuple[str, Any]], index_field: str
+                  ) -> Iterator[tuple[FetchState, PartitionLog, Any]]:
+        """The partitions of a response that this fetcher still follows at the epoch it asked with."""
+        for topic, partitions in topics:
+            for p in partitions:
+                state = self.partitions.get(TopicPartition(topic, getattr(p, index_field)))
+                plog = self._log_of(state) if state is not None else None
+                if state is not None and plog is not None:
+                    yield state, plog, p
 
     # -- fetch --------------------------------------------------------------------------------------
 
@@ -244,18 +248,12 @@ class ReplicaFetcher:
             rack_id="")
         if response.error_code:
             raise WireError(f"fetch answered error {int(response.error_code)}")
-        for t in response.responses:
-            for p in t.partitions:
-                state = self.partitions.get(TopicPartition(t.topic, p.partition_index))
-                if state is None:
-                    continue
-                plog = self._log_of(state)
-                if plog is None:
-                    continue
-                if p.error_code:
-                    await self._fetch_error(conn, state, plog, int(p.error_code))
-                    continue
-                self._append(state, plog, p.records, p.high_watermark, p.log_start_offset)
+        for state, plog, p in self._answered(((t.topic, t.partitions) for t in response.responses),
+                                             "partition_index"):
+            if p.error_code:
+                await self._fetch_error(conn, state, plog, int(p.error_code))
+                continue
+            self._append(state, plog, p.records, p.high_watermark, p.log_start_offset)
 
     def _append(self, state: FetchState, plog: PartitionLog, records: bytes | None, leader_hw: int,
                 leader_log_start: int) -> None:

@@ -115,22 +115,14 @@ class Partition:
         if state.leader_epoch == self.leader_epoch:
             if state.partition_epoch <= self.partition_epoch:
                 return Transition.NONE
-            self.partition_epoch = state.partition_epoch
-            self.replicas = state.replicas
-            self.isr = frozenset(state.isr)
-            self.leader_recovery_state = state.leader_recovery_state
-            self.isr_change_in_flight = False
+            self._take(state)
             if self.is_leader:
                 self._track_followers(now_ms)
             return Transition.UPDATED
         was_leader = self.is_leader
         self.leader = state.leader
         self.leader_epoch = state.leader_epoch
-        self.partition_epoch = state.partition_epoch
-        self.replicas = state.replicas
-        self.isr = frozenset(state.isr)
-        self.leader_recovery_state = state.leader_recovery_state
-        self.isr_change_in_flight = False
+        self._take(state)
         if self.is_leader:
             self._make_leader(now_ms)
             return Transition.BECAME_LEADER
@@ -138,6 +130,13 @@ class Partition:
         if was_leader:
             log.info("%s: leader %d at epoch %d, this broker follows now", self.tp, state.leader, state.leader_epoch)
         return Transition.BECAME_FOLLOWER
+
+    def _take(self, state: PartitionState) -> None:
+        self.partition_epoch = state.partition_epoch
+        self.replicas = state.replicas
+        self.isr = frozenset(state.isr)
+        self.leader_recovery_state = state.leader_recovery_state
+        self.isr_change_in_flight = False
 
     def update_replicas(self, replicas: tuple[int, ...], now_ms: int) -> bool:
         """The assignment changed without a new state (a reassignment adds or drops replicas): a leader

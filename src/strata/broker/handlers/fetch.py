@@ -90,14 +90,7 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
                 if records is not None and records.size else []
             out["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                            for a in aborted]
-        if records is not None and records.size:
-            if records.size < INLINE_BYTES:
-                out["records"] = records.read()
-            else:
-                splice = Splice(records, records.size)
-                state.splices.append(splice)
-                out["records"] = splice.marker
-            state.bytes += records.size
+        _attach(out, records, state)
     except RemoteReadQueueFullError as e:
         log.warning("fetch of %s from remote storage refused: %s", tp, e)
         state.errors = True
@@ -127,7 +120,12 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
     ctx.broker.replicas.update_follower_fetch(tp, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
     out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                log_start_offset=plog.log_start_offset)
-    records = data.records
+    _attach(out, data.records, state)
+    return out
+
+
+def _attach(out: dict[str, Any], records: Any, state: _FetchState) -> None:
+    """A local read's slice: read into the response when small, spliced (sendfile) otherwise."""
     if records is not None and records.size:
         if records.size < INLINE_BYTES:
             out["records"] = records.read()
@@ -136,7 +134,6 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
             state.splices.append(splice)
             out["records"] = splice.marker
         state.bytes += records.size
-    return out
 
 
 def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation) -> tuple[list[dict[str, Any]], _FetchState,
