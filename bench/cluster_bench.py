@@ -168,6 +168,9 @@ def bench_latency(cluster: Cluster, rate: float, seconds: float, topic: str = "b
                   "linger.ms": 1})
     lat: list[float] = []
     value = os.urandom(RECORD)
+    for partition in range(3):  # warm up: producer id, metadata and a connection to every leader, untimed
+        p.produce(topic, value=value, partition=partition)
+    p.flush(30)
     interval = 1.0 / rate
     deadline = time.perf_counter() + seconds
     nxt = time.perf_counter()

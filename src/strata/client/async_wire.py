@@ -16,6 +16,7 @@ from strata.client.wire import WireError, decode_response, encode_request
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+STREAM_LIMIT = 4 * 1024 * 1024  # read buffer: a fetch response arrives in few large reads, not 64 KiB ones
 
 
 class AsyncBrokerConnection:
@@ -35,7 +36,8 @@ class AsyncBrokerConnection:
     async def connect(self) -> None:
         try:
             async with asyncio.timeout(self.timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port,
+                                                                           limit=STREAM_LIMIT)
         except (OSError, TimeoutError) as e:
             raise WireError(f"cannot connect to {self.host}:{self.port}: {e}") from None
 
