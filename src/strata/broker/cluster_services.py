@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from strata.broker.topics import validate_topic_name
 from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode
 
@@ -179,6 +180,11 @@ class ZkTopicAdmin:
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
                            ) -> TopicInfo:
+        validate_topic_name(name)  # Metadata's auto-create comes here unchecked (a single node's registry checks)
+        collision = self._broker.topics.colliding_topic(name)
+        if collision is not None:
+            raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                           f"Topic '{name}' collides with existing topic: {collision}")
         node = self._node
         plan = node.assignment_for(partitions, replication_factor, assignment)
         topic_id = await node.create_topic(name, plan, configs)

@@ -41,13 +41,16 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("delete.retention.ms", "long", DAY_MS, at_least(0), "Accepted for compatibility (compaction)"),
     ConfigKey("min.compaction.lag.ms", "long", 0, at_least(0), "Accepted for compatibility (compaction)"),
     ConfigKey("max.compaction.lag.ms", "long", 2**63 - 1, at_least(1), "Accepted for compatibility (compaction)"),
-    ConfigKey("unclean.leader.election.enable", "bool", False, None, "Accepted for compatibility"),
+    ConfigKey("unclean.leader.election.enable", "bool", False, None,
+              "Cluster mode: elect an out-of-sync replica when no in-sync one is alive (loses records)"),
     ConfigKey("compression.gzip.level", "int", -1, between(-1, 9), "Accepted; batches are stored as produced"),
     ConfigKey("compression.lz4.level", "int", 9, between(1, 17), "Accepted; batches are stored as produced"),
     ConfigKey("compression.zstd.level", "int", 3, between(-131072, 22), "Accepted; batches are stored as produced"),
     ConfigKey("leader.replication.throttled.replicas", "list", [], None, "Accepted for compatibility"),
     ConfigKey("follower.replication.throttled.replicas", "list", [], None, "Accepted for compatibility"),
     ConfigKey("message.downconversion.enable", "bool", True, None, "Accepted for compatibility"),
+    # Deprecated since Kafka 3.0 and ignored there too (message format v2 always); clients still set it.
+    ConfigKey("message.format.version", "string", "3.0-IV1", None, "Deprecated; accepted and ignored"),
 ])
 
 
@@ -87,6 +90,7 @@ class LogConfig:
     leader_replication_throttled_replicas: tuple[str, ...] = ()
     follower_replication_throttled_replicas: tuple[str, ...] = ()
     message_downconversion_enable: bool = True
+    message_format_version: str = "3.0-IV1"
 
     @classmethod
     def from_props(cls, props: Mapping[str, object], *, allow_unknown: bool = False) -> LogConfig:

@@ -15,6 +15,7 @@ partitions and replication factor), without creating anything.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import Any, cast
@@ -143,24 +144,34 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         message = "Excessively large number of partitions per request."
         results += [_error(t.name, ErrorCode.POLICY_VIOLATION, message) for t in request.topics if counts[t.name] == 1]
         return ctx.respond(throttle_time=0, topics=results)
+    planned = []
     for topic in request.topics:
         if counts[topic.name] > 1:
             continue
         try:
-            partitions, rf, configs, manual = _plan(ctx, topic)
-            topic_id = None
+            planned.append((topic, _plan(ctx, topic)))
+        except KafkaError as e:
+            results.append(_error(topic.name, e.error_code, str(e)))
+
+    async def create(topic: Any, plan: tuple[int, int, dict[str, str], Any]) -> dict[str, Any]:
+        partitions, rf, configs, manual = plan
+        topic_id = None
+        try:
             if not validate_only:
                 info = await broker.admin.create_topic(topic.name, partitions, rf, configs, manual)
                 topic_id = info.topic_id
         except KafkaError as e:
-            results.append(_error(topic.name, e.error_code, str(e)))
-            continue
+            return _error(topic.name, e.error_code, str(e))
         effective = broker.topics.check_configs(configs)
-        results.append({
+        return {
             "name": topic.name, "topic_id": topic_id, "error_code": 0, "error_message": None,
             "topic_config_error_code": 0, "num_partitions": partitions, "replication_factor": rf,
             "configs": [v.create_topics_entry() for v in views.topic_configs(configs, effective)],
-        })
+        }
+
+    # In a cluster each creation waits until the controller's partition states reached this broker:
+    # the topics of one request wait together, not one after another (100 topics: seconds, not minutes).
+    results += await asyncio.gather(*(create(topic, plan) for topic, plan in planned))
     if validate_only:
         log.info("validate-only CreateTopics: %s", [(r["name"], int(r["error_code"])) for r in results])
     return ctx.respond(throttle_time=0, topics=results)
