@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv kcat zookeeper test soak run demo bench lint clean
+.PHONY: venv kcat zookeeper test soak run cluster demo bench lint clean conformance
 
 venv: $(STAMP)
 
@@ -41,8 +41,31 @@ test: venv kcat zookeeper
 soak: venv zookeeper
 	$(PY) -m pytest -m slow -q $(PYTEST_ARGS)
 
+# librdkafka's own test suite against a 3-broker Strata cluster (conformance/run.py; about 45 min on 2 cores,
+# never part of `make test`). LIBRDKAFKA_SRC: a librdkafka source tree or .tar.gz (README: Client conformance);
+# built under $(CONFORMANCE_DIR) with Debian's build deps, installed like kcat only as root or with sudo.
+CONFORMANCE_DIR ?= .conformance
+CONFORMANCE_DEBS := build-essential pkg-config libssl-dev zlib1g-dev libzstd-dev liblz4-dev libsasl2-dev \
+	libcurl4-openssl-dev rapidjson-dev
+conformance: venv zookeeper
+	@command -v dpkg >/dev/null 2>&1 || exit 0; \
+	missing=$$(for p in $(CONFORMANCE_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	test -z "$$missing" && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "missing build deps (needs root or passwordless sudo): apt-get install" $$missing; exit 0; fi; \
+	{ $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || \
+	  echo "could not install:" $$missing
+	$(PY) conformance/run.py --src "$(LIBRDKAFKA_SRC)" --work-dir "$(CONFORMANCE_DIR)" $(CONFORMANCE_ARGS)
+
 run: venv
 	$(PY) -m strata serve --config config/server.properties
+
+# A local cluster: ZooKeeper and three brokers on 127.0.0.1:9092-9094 (metrics 9404-9406), data and logs
+# under $(CLUSTER_DIR); prints the bootstrap string, Ctrl-C stops them all. CLUSTER_ARGS: see --help.
+CLUSTER_DIR ?= cluster-data
+cluster: venv zookeeper
+	@$(PY) -m strata.tools.local_cluster --dir "$(CLUSTER_DIR)" $(CLUSTER_ARGS)
 
 # The pipeline end to end: a broker on the embedded defaults, 1M events tiered, a PySpark job over both tiers.
 demo: venv
