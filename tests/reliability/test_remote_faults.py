@@ -277,6 +277,9 @@ class Load:
         finally:
             consumer.close()
 
+    def has_samples(self, phases: list[str], n: int) -> bool:
+        return all(len(self.samples(kind, phases)) >= n for kind in ("produce", "e2e"))
+
     def samples(self, kind: str, phases: list[str]) -> list[float]:
         source = self.produce_s if kind == "produce" else self.e2e_s
         return [s for p in phases for s in source.get(p, [])]
@@ -378,7 +381,10 @@ def run_store_outage(b: FaultyBroker, weed: SeaweedFS, baseline_s: float, outage
         assert code == KAFKA_STORAGE_ERROR and size == 0, (code, size)
         assert fetch_s <= FETCH_MAX_WAIT_MS / 1000 + FETCH_MARGIN_S, fetch_s
         lag: list[tuple[int, float]] = []  # (rolled segments on disk, RemoteCopyLagSegments scraped after)
-        while time.monotonic() - down_at < outage_s:
+        # the outage lasts outage_s, and longer (bounded) until the load has enough samples in it to compare:
+        # the load's pace varies with the box, a fixed duration alone gave 226 of the 300 needed once
+        while time.monotonic() - down_at < outage_s or (
+                not load.has_samples(["outage"], MIN_SAMPLES) and time.monotonic() - down_at < 4 * outage_s):
             on_disk = len(list(b.log_dir("lat", 0).glob("*.log"))) - 1  # the active segment is no lag
             lag.append((on_disk, b.copy_lag_segments("lat")))
             time.sleep(0.25)
