@@ -22,7 +22,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.cluster.metadata import MetadataListener
@@ -156,8 +156,9 @@ class ClusterMember:
             # session expired) is not taken up: its log may be shorter than what followers acknowledged
             # meanwhile (a wiped disk, a kill -9 before the page cache was written). Kafka's restarted
             # broker likewise waits for the controller, which gives the partition a new epoch once it
-            # sees the broker register; until then this replica neither leads nor fetches.
-            state = replace(state, leader=LeaderAndIsr.NO_LEADER)
+            # sees the broker register. Not applied at all (a state written while the registration was
+            # still returning is applied by ``refresh_leaderships`` right after it).
+            return
         self.replicas.become_leader_or_follower(tp, topic_id, partition_state(state, assignment))
 
     def _written_for_this_registration(self, tp: TopicPartition) -> bool:
@@ -179,7 +180,8 @@ class ClusterMember:
                 fn(tp, part.topic_id, True)
 
     def refresh_leaderships(self) -> None:
-        """After a lost session: re-apply every state from the (re-synchronised) cache."""
+        """After (re-)registration: apply every state from the (re-synchronised) cache, the leaderships
+        written for this registration included."""
         cache = self.node.metadata
         for tp, state in list(cache.states.items()):
             info = self.topics.get(tp.topic)

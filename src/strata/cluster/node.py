@@ -117,6 +117,10 @@ class ClusterNode:
         self.registered.set()
         log.info("registered as broker %d in ZooKeeper (broker epoch %d, cluster %s)", self.broker_id,
                  self.broker_epoch, self.cluster_id)
+        # The controller may have reacted to the registration (and written this broker's leaderships)
+        # before it returned here: states held back until now are applied (``on_reregistered`` too).
+        for fn in self.on_reregistered:
+            fn()
         await self.controller.start()
         self.controller.enqueue("elect")
 
