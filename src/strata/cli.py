@@ -12,9 +12,11 @@ batch was found (or the demo failed), 2 for usage errors.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -289,6 +291,9 @@ def _cmd_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     from strata.broker.server import serve
 
     logging.getLogger("strata.lifecycle").setLevel(logging.INFO)
+    # `kill -QUIT <pid>` (kill -3, as for a JVM) prints every thread's stack to the broker's stderr: what a
+    # stuck broker is doing. Not SIGUSR1: the crash suite arms its crash points with that one.
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     try:
         serve(config)
     except InvalidConfigError as e:  # found once plugins load (a class that does not exist, bad rsm.config.*)

@@ -1,4 +1,5 @@
-"""``strata tiers`` against a 3-broker cluster: each partition's row comes from its leader, with replicas and ISR."""
+"""``strata tiers`` against a 3-broker cluster: each partition's row comes from its leader, with replicas and ISR
+(and, each under its partition, a line per replica: tests/cluster/test_tiers_replicas_cluster.py checks them)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ def test_tiers_shows_leader_replicas_and_isr_of_every_partition(zk_connect: str,
 
         doc = tiers_json(via)
         meta = cluster.metadata("tt")
-        assert sorted(b["broker_id"] for b in doc["brokers"]) == sorted({p.leader for p in meta.partitions.values()}
-                                                                        | {1})
+        assert sorted(b["broker_id"] for b in doc["brokers"]) == [1, 2, 3]  # every broker: DescribeLogDirs
         assert all("error" not in b for b in doc["brokers"])
         for row in doc["partitions"]:
             p = meta.partitions[row["partition"]]
@@ -46,10 +46,11 @@ def test_tiers_shows_leader_replicas_and_isr_of_every_partition(zk_connect: str,
             assert row["log_end_offset"] == row["high_watermark"] == 10  # the leader's view: all acknowledged
         table = strata_tiers(via)
         assert table.returncode == 0, table.stderr
-        lines = table.stdout.splitlines()
+        lines = [ln for ln in table.stdout.splitlines() if not ln.startswith("  replica ")]
         assert lines[0].split()[:5] == ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
         rows = {int(ln.split()[1]): ln.split() for ln in lines[1:] if ln.split()[0] == "tt"}
         assert sorted(rows) == [0, 1, 2] and len(lines) == 4  # no internal topic, no warning
+        assert table.stdout.count("  replica ") == 9  # 3 partitions x 3 replicas
         for partition, cells in rows.items():
             p = meta.partitions[partition]
             assert cells[2:5] == [str(p.leader), ",".join(map(str, p.replicas)), cells[4]]
@@ -71,5 +72,7 @@ def test_tiers_shows_leader_replicas_and_isr_of_every_partition(zk_connect: str,
         table = strata_tiers(via)
         assert table.returncode == 0, table.stderr
         for ln in table.stdout.splitlines()[1:]:
+            if ln.startswith("  replica "):
+                continue
             cells = ln.split()
             assert cells[2] in ("1", "2") and "3" not in cells[4].split(",")

@@ -146,7 +146,8 @@ def test_broker_settings(tmp_path: Path) -> None:
     assert props["metrics.port"] == "19405"
     assert props["log.dirs"] == str(tmp_path / "broker-2" / "logs")
     assert props["rsm.config.dir"] == str(tmp_path / "remote-storage")  # one "bucket" for every broker
-    assert props["remote.log.storage.system.enable"] == "false"  # refused in cluster mode for now
+    assert "remote.log.storage.system.enable" not in props  # server.properties' choice (on) stands
+    assert props["rlmm.config.remote.log.metadata.topic.replication.factor"] == "3"
     assert props["default.replication.factor"] == "3" and props["num.partitions"] == "3"
     assert LocalCluster(tmp_path, metrics_base_port=0).broker_props(3)["metrics.port"] == "0"
 

@@ -83,5 +83,7 @@ def test_cluster_keys() -> None:
         BrokerConfig.from_props({"zookeeper.connect": "localhost"})
     with pytest.raises(InvalidConfigError, match="broker.id"):
         BrokerConfig.from_props({"broker.id": "1", "node.id": "2"})
-    with pytest.raises(InvalidConfigError, match="remote.log.storage.system.enable"):
-        BrokerConfig.from_props({"zookeeper.connect": "127.0.0.1:2181", "remote.log.storage.system.enable": "true"})
+    # tiered storage in a cluster (issue 14): accepted
+    tiered = BrokerConfig.from_props({"zookeeper.connect": "127.0.0.1:2181",
+                                      "remote.log.storage.system.enable": "true"})
+    assert tiered.cluster.enabled and tiered.remote.enabled

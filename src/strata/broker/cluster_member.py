@@ -42,7 +42,8 @@ class RoleHooks:
 
     leading: list[Callable[[TopicPartition, uuid.UUID], None]] = field(default_factory=list)
     not_leading: list[Callable[[TopicPartition, uuid.UUID, bool], None]] = field(default_factory=list)
-    topic_deleted: list[Callable[[TopicInfo, bool], None]] = field(default_factory=list)
+    # (topic, the partitions whose remote data this broker deletes)
+    topic_deleted: list[Callable[[TopicInfo, frozenset[int]], None]] = field(default_factory=list)
     topic_config_changed: list[Callable[[str, bool], None]] = field(default_factory=list)
 
 
@@ -79,7 +80,7 @@ class ClusterMember:
             if zk_topic is None or (zk_topic.topic_id is not None and zk_topic.topic_id != info.topic_id):
                 log.info("topic %s (id %s) is gone from the cluster: deleting its local replicas", info.name,
                          info.topic_id)
-                removed += self._drop_topic(info, delete_remote=False)
+                removed += self._drop_topic(info)
         for tp in list(self.replicas.logs.logs):
             info = self.topics.get(tp.topic)
             if info is None or self.broker_id not in cache.replicas(tp):
@@ -99,7 +100,7 @@ class ClusterMember:
         topic_id = assignment.topic_id or uuid.uuid5(uuid.NAMESPACE_URL, f"strata-topic:{name}")
         info = self.topics.get(name)
         if info is not None and info.topic_id != topic_id:
-            self._drop_topic(info, delete_remote=False)  # recreated under the same name
+            self._drop_topic(info)  # recreated under the same name
             info = None
         configs = cache.topic_configs.get(name, {})
         return self.topics.mirror(name, topic_id, len(assignment.partitions), configs)
@@ -196,8 +197,7 @@ class ClusterMember:
         self._deleting.add(topic)
         info = self.topics.get(topic)
         if info is not None:
-            led = any(p.is_leader for tp, p in self.replicas.partitions.items() if tp.topic == topic)
-            self._drop_topic(info, delete_remote=led)
+            self._drop_topic(info, remote_owner=self._remote_owner(info))
             log.info("deleted the local replicas of topic %s (deletion requested)", topic)
         task = asyncio.get_running_loop().create_task(self._acknowledge(topic))
         self._tasks.add(task)
@@ -211,12 +211,29 @@ class ClusterMember:
         finally:
             self._deleting.discard(topic)
 
-    def _drop_topic(self, info: TopicInfo, *, delete_remote: bool) -> list[TopicPartition]:
+    def _remote_owner(self, info: TopicInfo) -> frozenset[int]:
+        """The partitions of a topic being deleted whose remote data this broker deletes: those it leads
+        (Kafka's rule: the leader deletes, once). A partition without a live leader (its leader was down
+        when the deletion began) falls to its lowest-numbered replica, so its remote data is not orphaned."""
+        cache = self.node.metadata
+        out = set()
+        for p in range(info.partitions):
+            tp = TopicPartition(info.name, p)
+            part = self.replicas.partitions.get(tp)
+            state = cache.states.get(tp)
+            leader = state.leader if state is not None else -1
+            replicas = cache.replicas(tp)
+            if (part is not None and part.is_leader) or leader == self.broker_id or (
+                    leader not in cache.brokers and replicas and min(replicas) == self.broker_id):
+                out.add(p)
+        return frozenset(out)
+
+    def _drop_topic(self, info: TopicInfo, *, remote_owner: frozenset[int] = frozenset()) -> list[TopicPartition]:
         tps = [TopicPartition(info.name, p) for p in range(info.partitions)]
         self.topics.forget(info.name)
         self.replicas.remove_partitions(tps, delete=True)
         for fn in self.hooks.topic_deleted:
-            fn(info, delete_remote)
+            fn(info, remote_owner)
         return tps
 
     async def close(self) -> None:

@@ -37,7 +37,7 @@ from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
-from strata.broker.remote_metadata_topic import BrokerMetadataTopic
+from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.cluster.node import ClusterNode
 from strata.cluster.zk import ZkUnavailableError
@@ -51,7 +51,7 @@ from strata.log.manager import LogManager
 from strata.replication.fetcher import ReplicaFetcherManager
 from strata.replication.replica_manager import ReplicaManager
 from strata.tiered.api import RemoteStorageError, TopicIdPartition
-from strata.tiered.manager import RemoteLogManager, TieredStats, copy_lag
+from strata.tiered.manager import RemoteAuxState, RemoteLogManager, TieredStats, copy_lag
 
 log = logging.getLogger("strata.broker")
 lifecycle = logging.getLogger("strata.lifecycle")  # startup/shutdown lines, shown at the default level
@@ -236,10 +236,25 @@ class Broker:
             plog = self.logs.get_log(tp)
             if plog is not None:
                 plog.set_remote_log_enabled(tiered)
+        if self.cluster is None:
+            if tiered:
+                self._lead(info)
+            else:
+                rlm.stop_partitions(tps, delete_remote=True, topic_id=info.topic_id)
+                self.logs.checkpoint()
+            return
+        # Cluster mode: each replica follows its role; turned off, the leaders delete the remote data.
+        roles = {tp: self.replicas.partitions.get(tp) for tp in tps}
+        led = [tp for tp, p in roles.items() if p is not None and p.is_leader]
+        followed = [tp for tp, p in roles.items() if p is not None and not p.is_leader]
         if tiered:
-            self._lead(info)
+            rlm.on_leadership_change(dict.fromkeys(led, info.topic_id))
+            rlm.on_follower(dict.fromkeys(followed, info.topic_id))
         else:
-            rlm.stop_partitions(tps, delete_remote=True, topic_id=info.topic_id)
+            if led:
+                rlm.stop_partitions(led, delete_remote=True, topic_id=info.topic_id)
+            if followed:
+                rlm.stop_partitions(followed, delete_remote=False)
             self.logs.checkpoint()
 
     def tier_states(self) -> list[dict[str, Any]]:
@@ -355,10 +370,18 @@ class Broker:
         if tp.topic == OFFSETS_TOPIC and self.groups is not None:
             self.groups.on_not_leader(tp.partition)
 
-    def _on_cluster_topic_deleted(self, info: TopicInfo, delete_remote: bool) -> None:
-        if self.remote_log_manager is not None:
-            self.remote_log_manager.stop_partitions([TopicPartition(info.name, p) for p in range(info.partitions)],
-                                                    delete_remote=delete_remote, topic_id=info.topic_id)
+    def _on_cluster_topic_deleted(self, info: TopicInfo, remote_owner: frozenset[int]) -> None:
+        """``remote_owner``: the partitions whose remote data this broker deletes (it led them: Kafka's
+        rule, so each partition's data is deleted once, not once per replica)."""
+        rlm = self.remote_log_manager
+        if rlm is not None:
+            tps = [TopicPartition(info.name, p) for p in range(info.partitions)]
+            owned = [tp for tp in tps if tp.partition in remote_owner]
+            if owned:
+                rlm.stop_partitions(owned, delete_remote=True, topic_id=info.topic_id)
+            others = [tp for tp in tps if tp.partition not in remote_owner]
+            if others:
+                rlm.stop_partitions(others, delete_remote=False, topic_id=info.topic_id)
         if self.groups is not None:
             self.groups.on_topic_deleted(info.name)
 
@@ -401,7 +424,12 @@ class Broker:
                                on_log_start_changed=self.logs.checkpoint, stats=self.stats)
         set_topic = getattr(rlm.rlmm, "set_metadata_topic", None)
         if set_topic is not None:
-            set_topic(BrokerMetadataTopic(self, asyncio.get_running_loop()))
+            loop = asyncio.get_running_loop()
+            if self.cluster is not None:  # a replicated topic, read and written through its leaders
+                set_topic(ClusterMetadataTopic(node_id=self.node_id, replicas=self.replicas, view=self.view,
+                                               admin=self.admin, topics=self.topics, loop=loop))
+            else:
+                set_topic(BrokerMetadataTopic(self, loop))
         initialize = getattr(rlm.rlmm, "initialize", None)
         if initialize is not None:
             # The metadata loads in the background: local traffic is served at once, remote reads
@@ -412,12 +440,21 @@ class Broker:
                 raise KafkaStorageError(f"remote log metadata: {e}") from None
         rlm.start()
         self.remote_log_manager = rlm
-        if self.member is not None:
-            # Cluster mode: tiering follows leadership, partition by partition (followers do not upload).
+        if self.member is not None and self.fetchers is not None:
+            # Cluster mode: tiering follows leadership, partition by partition. Leaders upload and expire;
+            # followers track what their leader uploaded (their local retention deletes only that) and
+            # rebuild their log from remote storage when they fall below the leader's local log start.
             self.member.hooks.leading.append(lambda tp, topic_id: rlm.on_leadership_change({tp: topic_id}))
             self.member.hooks.not_leading.append(
-                lambda tp, topic_id, deleted: None if deleted else rlm.stop_partitions([tp], delete_remote=False))
-            rlm.on_leadership_change({tp: p.topic_id for tp, p in self.replicas.partitions.items() if p.is_leader})
+                lambda tp, topic_id, deleted: rlm.release(tp) if deleted else rlm.on_follower({tp: topic_id}))
+
+            async def aux_state(tp: TopicPartition, topic_id: uuid.UUID, epoch: int, offset: int) -> RemoteAuxState:
+                return await rlm.remote_aux_state(TopicIdPartition(topic_id, tp.topic, tp.partition), epoch, offset)
+
+            self.fetchers.set_remote_aux_state(aux_state)
+            parts = self.replicas.partitions.items()
+            rlm.on_leadership_change({tp: p.topic_id for tp, p in parts if p.is_leader})
+            rlm.on_follower({tp: p.topic_id for tp, p in parts if not p.is_leader})
         else:
             for info in self.topics:
                 self._lead(info)

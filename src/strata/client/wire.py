@@ -27,6 +27,9 @@ class WireError(Exception):
     """The broker could not be reached or answered something we cannot read."""
 
 
+ADMIN_CLIENT_ID = "__admin_client"
+"""Kafka's client id for a broker's own requests: the only one allowed to produce to internal topics."""
+
 def parse_host_port(address: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
     """``host:port``, ``[v6]:port``, ``host`` -> (host, port); raises ValueError when malformed."""
     address = address.strip()

@@ -356,6 +356,8 @@ TOPIC_METERS: dict[str, str] = {
     "RemoteFetchErrorsPerSec": "Failed remote reads.",
     "RemoteDeleteRequestsPerSec": "Remote segment deletes.",
     "RemoteDeleteErrorsPerSec": "Failed remote segment deletes.",
+    "BuildRemoteLogAuxStateRequestsPerSec": "Followers' rebuilds of their log state from remote storage.",
+    "BuildRemoteLogAuxStateErrorsPerSec": "Failed rebuilds of a follower's log state from remote storage.",
 }
 
 #: per-partition gauge name -> HELP text; exported summed per topic and over all topics.
@@ -487,6 +489,8 @@ class BrokerTopicMetrics:
     RemoteFetchErrorsPerSec: TopicMeter
     RemoteDeleteRequestsPerSec: TopicMeter
     RemoteDeleteErrorsPerSec: TopicMeter
+    BuildRemoteLogAuxStateRequestsPerSec: TopicMeter
+    BuildRemoteLogAuxStateErrorsPerSec: TopicMeter
     RemoteCopyLagBytes: PartitionGauge
     RemoteCopyLagSegments: PartitionGauge
     RemoteDeleteLagBytes: PartitionGauge

@@ -176,13 +176,6 @@ class BrokerConfig:
                                      f"node.id {p['node.id']} (node.id is an alias of broker.id; set one)")
         node_id = p["node.id"] if p["broker.id"] is None or "node.id" in props else p["broker.id"]
         dirs = p["log.dirs"] or [p["log.dir"]]
-        if p["zookeeper.connect"] is not None and p["remote.log.storage.system.enable"]:
-            # The topic-based RLMM reads __remote_log_metadata from this broker's own log; in a cluster its
-            # partitions are led elsewhere. Tiered storage in a cluster (KIP-405 followers) is the next step.
-            raise InvalidConfigError(
-                "Invalid value true for configuration remote.log.storage.system.enable: tiered storage is not "
-                "supported in cluster mode yet (zookeeper.connect is set); set remote.log.storage.system.enable="
-                "false, or remove zookeeper.connect to run a single tiered broker")
         return cls(
             node_id=node_id,
             listener=listener,

@@ -32,6 +32,9 @@ CLUSTER_KEYS = [
     ConfigKey("replica.fetch.backoff.ms", "int", 1000, at_least(0), "Pause after a failed follower fetch"),
     ConfigKey("replica.socket.timeout.ms", "int", 30_000, at_least(1), "Follower request timeout"),
     ConfigKey("num.replica.fetchers", "int", 1, at_least(1), "Fetcher tasks per source broker"),
+    ConfigKey("follower.fetch.last.tiered.offset.enable", "bool", False, None,
+              "KIP-1023: an empty follower of a tiered partition starts at the last tiered offset + 1 instead of "
+              "the leader's local log start (it copies even less; reads below move to remote storage)"),
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1),
               "How often the high watermarks are checkpointed"),
     ConfigKey("unclean.leader.election.enable", "bool", False, None,
@@ -60,6 +63,7 @@ class ClusterConfig:
     replica_fetch_backoff_ms: int
     replica_socket_timeout_ms: int
     num_replica_fetchers: int
+    follower_fetch_last_tiered_offset_enable: bool
     replica_high_watermark_checkpoint_interval_ms: int
     unclean_leader_election_enable: bool
     controlled_shutdown_enable: bool
@@ -96,6 +100,7 @@ class ClusterConfig:
             replica_fetch_backoff_ms=p["replica.fetch.backoff.ms"],
             replica_socket_timeout_ms=p["replica.socket.timeout.ms"],
             num_replica_fetchers=p["num.replica.fetchers"],
+            follower_fetch_last_tiered_offset_enable=p["follower.fetch.last.tiered.offset.enable"],
             replica_high_watermark_checkpoint_interval_ms=p["replica.high.watermark.checkpoint.interval.ms"],
             unclean_leader_election_enable=p["unclean.leader.election.enable"],
             controlled_shutdown_enable=p["controlled.shutdown.enable"],

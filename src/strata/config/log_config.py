@@ -1,15 +1,43 @@
-"""Topic-level log configuration: Kafka's ``LogConfig`` keys, defaults and validation rules."""
+"""Topic-level log configuration: Kafka's ``LogConfig`` keys, defaults and validation rules.
+
+Three deprecated spellings from Strata's original spec are accepted as aliases of Kafka's keys
+(:data:`TOPIC_CONFIG_ALIASES`): they are renamed on parse, with a WARNING naming the canonical key.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from strata.config.defs import ConfigDef, ConfigKey, at_least, between, list_of, one_of
 from strata.errors import InvalidConfigError
 
+log = logging.getLogger(__name__)
+
 DAY_MS = 24 * 60 * 60 * 1000
+
+TOPIC_CONFIG_ALIASES: dict[str, str] = {
+    "remote.log.storage.enable": "remote.storage.enable",
+    "remote.log.retention.ms": "retention.ms",
+    "remote.log.retention.bytes": "retention.bytes",
+}
+"""Deprecated topic key -> Kafka's key. Strata's original spec used these names; Kafka never had them
+(with tiering, Kafka's ``retention.*`` is the total retention over both tiers, which is what the
+``remote.log.retention.*`` names meant)."""
+
+ALIAS_WARNING_INTERVAL_S = 60.0
+"""One deprecation WARNING per alias at most this often. The effective config is re-parsed from the
+stored overrides more than once per request (CreateTopics validates a topic three times) and again at
+every start and broker-default change, so a line per parse would flood the log."""
+
+_alias_warned: dict[str, float] = {}
+_alias_lock = threading.Lock()
+
+V = TypeVar("V")
 
 LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Roll a segment at this size"),
@@ -54,6 +82,50 @@ LOG_CONFIG_DEF = ConfigDef([
 ])
 
 
+def _same_value(key: str, a: object, b: object) -> bool:
+    """Whether two raw values mean the same for ``key`` (``true`` and ``TRUE``, ``100`` and ``100 ``)."""
+    spec = LOG_CONFIG_DEF.keys[key]
+    try:
+        return bool(spec.parse(a) == spec.parse(b))
+    except InvalidConfigError:
+        return str(a).strip() == str(b).strip()
+
+
+def _warn_alias(alias: str, canonical: str) -> None:
+    now = time.monotonic()
+    with _alias_lock:
+        last = _alias_warned.get(alias)
+        if last is not None and now - last < ALIAS_WARNING_INTERVAL_S:
+            return
+        _alias_warned[alias] = now
+    log.warning("topic config %s is deprecated: use %s (the value is applied to %s)", alias, canonical, canonical)
+
+
+def canonical_topic_configs(props: Mapping[str, V]) -> dict[str, V]:
+    """``props`` with every deprecated alias (:data:`TOPIC_CONFIG_ALIASES`) renamed to Kafka's key.
+
+    An alias given together with its canonical key is accepted when both mean the same value and
+    refused with InvalidConfigError naming both otherwise: which one wins would be a guess. Logs a
+    deprecation WARNING naming the canonical key (rate-limited, see ``ALIAS_WARNING_INTERVAL_S``).
+    """
+    if not any(k in TOPIC_CONFIG_ALIASES for k in props):
+        return dict(props)
+    out = {k: v for k, v in props.items() if k not in TOPIC_CONFIG_ALIASES}
+    for alias, canonical in TOPIC_CONFIG_ALIASES.items():
+        if alias not in props:
+            continue
+        value = props[alias]
+        if canonical in props:
+            if not _same_value(canonical, props[canonical], value):
+                raise InvalidConfigError(
+                    f"Conflicting values for configuration {canonical} ({props[canonical]!r}) and its deprecated "
+                    f"alias {alias} ({value!r}): set only {canonical}")
+        else:
+            out[canonical] = value
+        _warn_alias(alias, canonical)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     segment_bytes: int = 1024 * 1024 * 1024
@@ -94,8 +166,10 @@ class LogConfig:
 
     @classmethod
     def from_props(cls, props: Mapping[str, object], *, allow_unknown: bool = False) -> LogConfig:
-        """Parse Kafka topic config keys; unknown keys and invalid values raise InvalidConfigError."""
-        parsed = LOG_CONFIG_DEF.parse(props, allow_unknown=allow_unknown)
+        """Parse Kafka topic config keys; unknown keys and invalid values raise InvalidConfigError.
+
+        Deprecated aliases are renamed first (:func:`canonical_topic_configs`)."""
+        parsed = LOG_CONFIG_DEF.parse(canonical_topic_configs(props), allow_unknown=allow_unknown)
         values: dict[str, Any] = {name.replace(".", "_"): value for name, value in parsed.items()}
         for name in ("cleanup_policy", "leader_replication_throttled_replicas",
                      "follower_replication_throttled_replicas"):
@@ -116,8 +190,13 @@ class LogConfig:
         return out
 
     def with_overrides(self, props: Mapping[str, object]) -> LogConfig:
+        """This config with topic overrides ``props`` over it (deprecated aliases accepted).
+
+        The aliases are resolved on ``props`` alone, before the merge: ``self.to_props()`` holds every
+        canonical key, so an alias checked against the merged dict would always "conflict" with a default.
+        """
         merged = self.to_props()
-        merged.update({k: str(v) if not isinstance(v, str) else v for k, v in props.items()})
+        merged.update({k: str(v) if not isinstance(v, str) else v for k, v in canonical_topic_configs(props).items()})
         return LogConfig.from_props(merged)
 
     def validate(self) -> None:

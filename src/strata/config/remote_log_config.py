@@ -39,7 +39,8 @@ REMOTE_LOG_KEYS = [
     ConfigKey("remote.log.manager.copier.thread.pool.size", "int", 10, at_least(1), "Threads copying segments"),
     ConfigKey("remote.log.manager.expiration.thread.pool.size", "int", 10, at_least(1),
               "Threads deleting expired remote segments"),
-    ConfigKey("remote.log.manager.follower.thread.pool.size", "int", 2, at_least(1), "Accepted; no followers here"),
+    ConfigKey("remote.log.manager.follower.thread.pool.size", "int", 2, at_least(1),
+              "Threads of followers' remote work (rebuilding a log's state from remote storage, tracking uploads)"),
     ConfigKey("remote.log.manager.task.interval.ms", "long", 30_000, at_least(1),
               "Delay between runs of each partition's copy and expiration tasks"),
     ConfigKey("remote.log.manager.task.retry.backoff.ms", "long", 500, at_least(1),
@@ -78,6 +79,7 @@ class RemoteLogManagerConfig:
     custom_metadata_max_bytes: int
     index_cache_total_size_bytes: int
     copier_thread_pool_size: int
+    follower_thread_pool_size: int
     expiration_thread_pool_size: int
     task_interval_ms: int
     task_retry_backoff_ms: int
@@ -107,6 +109,7 @@ class RemoteLogManagerConfig:
             custom_metadata_max_bytes=p["remote.log.metadata.custom.metadata.max.bytes"],
             index_cache_total_size_bytes=p["remote.log.index.file.cache.total.size.bytes"],
             copier_thread_pool_size=p["remote.log.manager.copier.thread.pool.size"],
+            follower_thread_pool_size=p["remote.log.manager.follower.thread.pool.size"],
             expiration_thread_pool_size=p["remote.log.manager.expiration.thread.pool.size"],
             task_interval_ms=p["remote.log.manager.task.interval.ms"],
             task_retry_backoff_ms=p["remote.log.manager.task.retry.backoff.ms"],

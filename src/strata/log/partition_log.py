@@ -248,15 +248,30 @@ class PartitionLog:
         return None
 
     def _max_timestamp_offset(self) -> TimestampAndOffset | None:
-        best: LogSegment | None = None
-        for segment in self.local_log.segments:
-            if segment.size and (best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far):
-                best = segment
-        if best is None:
+        """MAX_TIMESTAMP (-3) over the *local* segments: the first record holding the largest timestamp
+        (the earliest segment with it, then the first such record in it, as Kafka answers), with the
+        leader epoch of its batch; None when no local segment holds records.
+
+        With tiering the largest timestamp may sit in a remote-only segment (KAFKA-17552): the ListOffsets
+        handler compares this answer with the remote segments' (``RemoteLogManager.find_max_timestamp``),
+        which needs a store read and so cannot happen here, under the synchronous log.
+
+        A segment whose maximum belongs to a record below the log start (DeleteRecords inside it) yields
+        nothing: the segment with the next largest maximum is tried, as the remote search does (the first
+        segment's records above the log start are not rescanned for a lower maximum).
+        """
+        candidates = sorted((s for s in self.local_log.segments if s.size),
+                            key=lambda s: (-s.max_timestamp_so_far, s.base_offset))
+        if not candidates:
             return None
-        ts = best.max_timestamp_and_offset_so_far
-        found = best.find_offset_by_timestamp(ts.timestamp, self.log_start_offset)
-        return found if found is not None else TimestampAndOffset(ts.timestamp, ts.offset, None)
+        for segment in candidates:
+            found = segment.find_offset_by_timestamp(segment.max_timestamp_so_far, self.log_start_offset)
+            if found is not None:
+                return found
+        # No record at or above the log start (DeleteRecords up to the log end): the time index's entry,
+        # as this method always answered then.
+        ts = candidates[0].max_timestamp_and_offset_so_far
+        return TimestampAndOffset(ts.timestamp, ts.offset, self.leader_epoch_cache.epoch_for_offset(ts.offset))
 
     # -- retention and log start ---------------------------------------------------------------
 
@@ -379,6 +394,23 @@ class PartitionLog:
         self.log_start_offset = offset
         self.local_log_start_offset = offset
         self._high_watermark = LogOffsetMetadata(offset)
+
+    def restore_from_remote_tier(self, next_offset: int, log_start_offset: int, epochs: list[tuple[int, int]],
+                                 producer_snapshot: bytes) -> None:
+        """A follower below its leader's local log start (Kafka's ``buildRemoteLogAuxState``): the local log
+        restarts empty at ``next_offset``, the offsets below it live in remote storage only (log start
+        ``log_start_offset``), and the leader-epoch history and producer state at ``next_offset`` come from
+        the remote segment ending just before it - so this replica can become leader, serve the remote
+        tier and check producers' sequences without ever copying the data below."""
+        self.truncate_fully_and_start_at(next_offset)
+        for epoch, start in epochs:
+            if start < next_offset:
+                self.leader_epoch_cache.assign(epoch, start)
+        self.producer_state.load_snapshot_at(next_offset, producer_snapshot)
+        if self.remote_log_enabled:
+            self.log_start_offset = min(max(log_start_offset, 0), next_offset)
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._high_watermark = LogOffsetMetadata(next_offset)
 
     def maybe_increment_log_start_offset(self, offset: int) -> None:
         """A follower learns its leader's log start (DeleteRecords, retention) through Fetch."""

@@ -627,6 +627,22 @@ class ProducerStateManager:
         self._last_snap_offset = 0
         self._map_end_offset = offset
 
+    def load_snapshot_at(self, offset: int, data: bytes) -> None:
+        """Install a snapshot fetched from remote storage as ``<offset>.snapshot`` and load it (the log
+        was just restarted empty at ``offset``). Undecodable bytes raise CorruptSnapshotError before
+        anything is written."""
+        entries = decode_snapshot(data, f"remote producer snapshot at {offset}")
+        path = self._snapshot_path(offset)
+        atomic_write(path, data)
+        self._snapshots.add(offset)
+        self._producers.clear()
+        self._ongoing.clear()
+        now_ms = self.clock.milliseconds()
+        for entry in entries:
+            if not self._is_expired(now_ms, entry):
+                self.load_producer_entry(entry)
+        self._last_snap_offset = self._map_end_offset = offset
+
     def delete_snapshots_before(self, offset: int) -> None:
         for snapshot in [s for s in self._snapshots if s < offset]:
             self._remove_and_delete_snapshot(snapshot)

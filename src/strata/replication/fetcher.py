@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable, Iterable, Iterator
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from strata.client.async_wire import AsyncBrokerConnection
 from strata.client.wire import WireError
@@ -38,8 +39,9 @@ log = logging.getLogger(__name__)
 
 FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
 FETCH_VERSION, LIST_OFFSETS_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 8, 4
-EARLIEST, LATEST, EARLIEST_LOCAL = -2, -1, -4
+EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+AUX_STATE_WARNING_INTERVAL_S = 30.0  # a replica waiting on remote storage warns this often (DEBUG between)
 
 
 @dataclass(slots=True)
@@ -49,6 +51,7 @@ class FetchState:
     truncating: bool = True
     delayed_until: float = 0.0  # loop time before which the partition is not fetched
     leader_high_watermark: int = -1
+    aux_warned_at: float | None = None  # loop time of the last warning about rebuilding from remote storage
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
@@ -75,11 +78,24 @@ def truncation_offset(plog: PartitionLog, leader_epoch: int, leader_end_offset: 
     return state.offset, state.truncation_completed
 
 
+class RemoteAuxStateLike(Protocol):
+    next_offset: int
+    epochs: list[tuple[int, int]]
+    producer_snapshot: bytes
+
+
+RemoteAuxStateBuilder = Callable[[TopicPartition, uuid.UUID, int, int], Awaitable[RemoteAuxStateLike]]
+"""(partition, topic id, target epoch, offset) -> the remote segment holding ``offset``'s aux state
+(``RemoteLogManager.remote_aux_state``); None when this broker does not tier."""
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows whose leader is ``source_id``."""
 
     def __init__(self, source_id: int, local_id: int, endpoint: Callable[[int], tuple[str, int] | None],
-                 replicas: ReplicaManager, config: ClusterConfig) -> None:
+                 replicas: ReplicaManager, config: ClusterConfig,
+                 remote_aux_state: RemoteAuxStateBuilder | None = None) -> None:
+        self.remote_aux_state = remote_aux_state
         self.source_id = source_id
         self.local_id = local_id
         self.endpoint = endpoint
@@ -290,16 +306,72 @@ class ReplicaFetcher:
                 plog.truncate_fully_and_start_at(leader_start)
             return
         if code == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
-            local_start = await self._leader_offset(conn, state, EARLIEST_LOCAL)
-            leader_start = await self._leader_offset(conn, state, EARLIEST)
-            if local_start is None or leader_start is None:
-                return
+            await self._build_remote_log_aux_state(conn, state, plog)
+            return
+        self._partition_error(state, code, "Fetch")
+
+    async def _build_remote_log_aux_state(self, conn: AsyncBrokerConnection, state: FetchState,
+                                          plog: PartitionLog) -> None:
+        """Kafka's ``TierStateMachine``: our fetch offset is below the leader's local log start, so the
+        offsets in between live in remote storage only. Rather than copying them, restart the local log
+        at the end of the remote segment holding ``local start - 1``, with that segment's leader-epoch
+        history and producer snapshot, and fetch only the local tail from there."""
+        local = await self._leader_offset_and_epoch(conn, state, EARLIEST_LOCAL)
+        leader_start = await self._leader_offset(conn, state, EARLIEST)
+        if local is None or leader_start is None:
+            return
+        local_start, local_epoch = local
+        part = self.replicas.partitions.get(state.tp)
+        if self.remote_aux_state is None or part is None or local_start <= leader_start:
             log.info("%s: offsets below %d are in the remote tier; this replica starts its local log there",
                      state.tp, local_start)
             plog.truncate_fully_and_start_at(local_start)
             plog.log_start_offset = min(leader_start, local_start)
             return
-        self._partition_error(state, code, "Fetch")
+        target_offset, target_epoch = local_start - 1, local_epoch
+        if self.config.follower_fetch_last_tiered_offset_enable and plog.log_end_offset <= plog.log_start_offset:
+            # KIP-1023: an empty replica starts after the last tiered offset, not at the leader's local log
+            # start: the offsets in between (tiered, still in the leader's local retention) stay remote for it.
+            tiered = await self._leader_offset_and_epoch(conn, state, LATEST_TIERED)
+            if tiered is not None and tiered[0] >= local_start:
+                target_offset, target_epoch = tiered
+        if target_offset == local_start - 1 and local_epoch > 0:
+            # The epoch holding local_start - 1 may be an earlier one (Kafka asks where epoch - 1 ends).
+            earlier = await self._epoch_end(conn, state, local_epoch - 1)
+            if earlier is not None and earlier[1] > local_start - 1:
+                target_epoch = earlier[0]
+        try:
+            aux = await self.remote_aux_state(state.tp, part.topic_id, target_epoch, target_offset)
+        except Exception as e:  # noqa: BLE001 - not uploaded/visible yet, store down: retried after a backoff
+            now = asyncio.get_running_loop().time()
+            quiet = state.aux_warned_at is not None and now - state.aux_warned_at < AUX_STATE_WARNING_INTERVAL_S
+            if not quiet:
+                state.aux_warned_at = now
+            log.log(logging.DEBUG if quiet else logging.WARNING, "%s: cannot build the replica's state from remote "
+                    "storage yet (leader's local log starts at %d): %s", state.tp, local_start, e)
+            self._delay(state)
+            return
+        state.aux_warned_at = None
+        if self._log_of(state) is not plog:
+            return
+        log.info("%s: offsets %d..%d are in remote storage; this replica starts its local log at %d (epochs and "
+                 "producer state from the remote segment ending at %d)", state.tp, leader_start, aux.next_offset - 1,
+                 aux.next_offset, aux.next_offset - 1)
+        plog.restore_from_remote_tier(aux.next_offset, leader_start, aux.epochs, aux.producer_snapshot)
+        state.truncating = False
+
+    async def _epoch_end(self, conn: AsyncBrokerConnection, state: FetchState, epoch: int) -> tuple[int, int] | None:
+        response = await conn.call(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=self.local_id,
+                                   topics=[{"topic": state.tp.topic, "partitions": [
+                                       {"partition": state.tp.partition, "current_leader_epoch": state.leader_epoch,
+                                        "leader_epoch": epoch}]}])
+        for t in response.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    self._partition_error(state, int(p.error_code), "OffsetForLeaderEpoch")
+                    return None
+                return int(p.leader_epoch), int(p.end_offset)
+        return None
 
     def _partition_error(self, state: FetchState, code: int, what: str) -> None:
         if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -311,6 +383,11 @@ class ReplicaFetcher:
         self._delay(state)
 
     async def _leader_offset(self, conn: AsyncBrokerConnection, state: FetchState, spec: int) -> int | None:
+        found = await self._leader_offset_and_epoch(conn, state, spec)
+        return None if found is None else found[0]
+
+    async def _leader_offset_and_epoch(self, conn: AsyncBrokerConnection, state: FetchState,
+                                       spec: int) -> tuple[int, int] | None:
         response = await conn.call(LIST_OFFSETS, LIST_OFFSETS_VERSION, replica_id=self.local_id, isolation_level=0,
                                    topics=[{"name": state.tp.topic, "partitions": [
                                        {"partition_index": state.tp.partition,
@@ -320,7 +397,7 @@ class ReplicaFetcher:
                 if p.error_code:
                     self._partition_error(state, int(p.error_code), "ListOffsets")
                     return None
-                return int(p.offset)
+                return int(p.offset), int(p.leader_epoch)
         return None
 
 
@@ -336,6 +413,7 @@ class ReplicaFetcherManager:
         self.config = config
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._where: dict[TopicPartition, int] = {}
+        self.remote_aux_state: RemoteAuxStateBuilder | None = None  # set once tiering has started
 
     def follow(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
         """(Re)start fetching ``tp`` from ``leader``, truncating first (a new leader or a new epoch)."""
@@ -345,10 +423,16 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = self.fetchers[leader] = ReplicaFetcher(leader, self.local_id, self.endpoint, self.replicas,
-                                                             self.config)
+                                                             self.config, self.remote_aux_state)
             fetcher.start()
         fetcher.add(tp, leader_epoch)
         self._where[tp] = leader
+
+    def set_remote_aux_state(self, builder: RemoteAuxStateBuilder) -> None:
+        """Tiering started: followers below their leader's local log start rebuild from remote storage."""
+        self.remote_aux_state = builder
+        for fetcher in self.fetchers.values():
+            fetcher.remote_aux_state = builder
 
     def unfollow(self, tp: TopicPartition) -> None:
         source = self._where.pop(tp, None)

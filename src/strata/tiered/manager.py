@@ -39,11 +39,13 @@ from strata.common.metrics import (
 )
 from strata.config.remote_log_config import RemoteLogManagerConfig
 from strata.errors import InvalidConfigError, OffsetOutOfRangeError
+from strata.log.checkpoints import epoch_entries_from_bytes
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.log.segment import TimestampAndOffset
 from strata.tiered.api import (
     RLMM_ALIASES,
     RSM_ALIASES,
+    IndexType,
     RemoteLogMetadataManager,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -78,6 +80,19 @@ T = TypeVar("T")
 S = RemoteLogSegmentState
 TASK_FAILURE_LOG_INTERVAL_S = 30.0
 """While a partition's copy (or expiration) task keeps failing, its WARNING repeats at most this often."""
+
+
+class UploadAbandonedError(Exception):
+    """Leadership moved during an upload and the new leader began deleting it: this broker's copy is undone."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteAuxState:
+    """What a follower needs to start its local log at ``next_offset`` (Kafka's TierStateMachine)."""
+
+    next_offset: int
+    epochs: list[tuple[int, int]]  # (epoch, start offset) up to the segment's end
+    producer_snapshot: bytes
 
 
 class RemoteReadQueueFullError(Exception):
@@ -148,6 +163,10 @@ class RemoteLogManager:
         self.index_cache: RemoteIndexCache | None = None
         self.reader: RemoteLogReader | None = None
         self._partitions: dict[TopicPartition, PartitionTierState] = {}
+        # Cluster mode: partitions this broker follows. Their leader uploads; the follower task keeps each
+        # log's highest remote offset current, so local retention deletes only what is in remote storage.
+        self._followers: dict[TopicPartition, PartitionTierState] = {}
+        self._follower = ThreadPoolExecutor(config.follower_thread_pool_size, "rlm-follower")
         self._copier = ThreadPoolExecutor(config.copier_thread_pool_size, "rlm-copier")
         self._expiration = ThreadPoolExecutor(config.expiration_thread_pool_size, "rlm-expiration")
         self._reader = ThreadPoolExecutor(config.reader_threads, "remote-log-reader")
@@ -177,12 +196,13 @@ class RemoteLogManager:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [t for st in self._partitions.values() for t in st.tasks] + list(self._background)
+        tasks = [t for st in (*self._partitions.values(), *self._followers.values()) for t in st.tasks] + \
+            list(self._background)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
-        for pool in (self._copier, self._expiration, self._reader):
+        for pool in (self._copier, self._expiration, self._reader, self._follower):
             await loop.run_in_executor(None, lambda p=pool: p.shutdown(wait=True, cancel_futures=True))
         if self.index_cache is not None:
             self.index_cache.close()
@@ -206,6 +226,7 @@ class RemoteLogManager:
             plog = self._log_for(tp)
             if plog is None or not plog.remote_log_enabled or tp in self._partitions:
                 continue
+            self._stop_following(tp)
             new[tp] = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
         if not new:
             return
@@ -218,6 +239,94 @@ class RemoteLogManager:
             st.tasks.append(loop.create_task(self._lag_loop(st), name=f"rlm-lag-{tp}"))
         log.info("tiering %d partitions", len(new))
 
+    def on_follower(self, partitions: dict[TopicPartition, uuid.UUID]) -> None:
+        """Cluster mode: this broker now follows ``partitions`` (Kafka's ``onLeadershipChange`` for
+        followers). Leader tasks stop - an upload already running finishes or abandons itself, see
+        ``_copy_sync`` - and a follower task keeps the log's highest remote offset current from the
+        metadata the leader writes."""
+        new = {}
+        for tp, topic_id in partitions.items():
+            plog = self._log_for(tp)
+            if plog is None or not plog.remote_log_enabled or tp in self._followers:
+                continue
+            st = self._partitions.pop(tp, None)
+            if st is not None:
+                for task in st.tasks:
+                    task.cancel()
+            new[tp] = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
+        if not new:
+            return
+        self.rlmm.on_partition_leadership_changes(set(), {st.tip for st in new.values()})
+        loop = asyncio.get_running_loop()
+        for tp, st in new.items():
+            self._followers[tp] = st
+            st.tasks.append(loop.create_task(self._follower_loop(st), name=f"rlm-follow-{tp}"))
+
+    def release(self, tp: TopicPartition) -> None:
+        """The replica is gone from this broker (reassigned away, or its topic deleted): stop its tasks.
+        The RLMM keeps its metadata - a topic deletion still needs it to delete the remote data."""
+        for states in (self._partitions, self._followers):
+            st = states.pop(tp, None)
+            if st is not None:
+                for task in st.tasks:
+                    task.cancel()
+
+    def _stop_following(self, tp: TopicPartition) -> None:
+        st = self._followers.pop(tp, None)
+        if st is not None:
+            for task in st.tasks:
+                task.cancel()
+
+    async def _follower_loop(self, st: PartitionTierState) -> None:
+        """Kafka's ``RLMFollowerTask``: the highest offset uploaded by the leader for this log's lineage
+        becomes the log's ``highest_offset_in_remote_storage``, the gate of its local retention."""
+        while True:
+            try:
+                plog = self._log_for(st.tp)
+                if plog is not None and self.rlmm.is_ready(st.tip):
+                    entries = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
+                    offset, _epoch = await self._run(self._follower, find_highest_remote_offset, entries,
+                                                     plog.log_end_offset,
+                                                     lambda e: self.rlmm.highest_offset_for_epoch(st.tip, e))
+                    if self._log_for(st.tp) is plog:
+                        plog.update_highest_offset_in_remote_storage(offset)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - metadata not loaded or stopped: next interval
+                log.debug("%s: follower task: %s", st.tp, e)
+            await asyncio.sleep(self.config.task_interval_ms / 1000)
+
+    def following(self, tp: TopicPartition) -> bool:
+        return tp in self._followers
+
+    async def remote_aux_state(self, tip: TopicIdPartition, target_epoch: int, offset: int) -> RemoteAuxState:
+        """Kafka's ``buildRemoteLogAuxState`` (the remote part): the remote segment holding ``offset``
+        for ``target_epoch``, with its leader-epoch checkpoint and producer snapshot. A follower whose
+        fetch offset is below its leader's local log start rebuilds its log from these and fetches only
+        from ``end_offset + 1``: the data below stays in remote storage, never copied to this broker."""
+        topic = tip.topic
+
+        def run() -> RemoteAuxState:
+            sync = getattr(self.rlmm, "sync", None)
+            if sync is not None:
+                sync(tip)
+            md = self.rlmm.remote_log_segment_metadata(tip, target_epoch, offset)
+            if md is None:
+                raise RemoteStorageError(f"no remote segment of {tip.topic}-{tip.partition} holds offset {offset} "
+                                         f"(epoch {target_epoch}) yet")
+            with self.rsm.fetch_index(md, IndexType.LEADER_EPOCH) as f:
+                epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {md.remote_log_segment_id}")
+            with self.rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as f:
+                snapshot = f.read()
+            return RemoteAuxState(md.end_offset + 1, [(e.epoch, e.start_offset) for e in epochs], snapshot)
+
+        self.stats.mark("BuildRemoteLogAuxStateRequestsPerSec", topic)
+        try:
+            return await self._run(self._follower, run)
+        except Exception:
+            self.stats.mark("BuildRemoteLogAuxStateErrorsPerSec", topic)
+            raise
+
     def stop_partitions(self, tps: Iterable[TopicPartition], *, delete_remote: bool,
                         topic_id: uuid.UUID | None = None) -> asyncio.Task[None] | None:
         """Cancel the partitions' tasks; with ``delete_remote`` delete their remote data in the
@@ -225,6 +334,11 @@ class RemoteLogManager:
         stopped: list[TopicIdPartition] = []
         for tp in tps:
             st = self._partitions.pop(tp, None)
+            following = self._followers.pop(tp, None)
+            if following is not None:
+                for task in following.tasks:
+                    task.cancel()
+                st = st or following
             if st is not None:
                 for task in st.tasks:
                     task.cancel()
@@ -288,6 +402,9 @@ class RemoteLogManager:
     def _delete_remote_partition(self, tip: TopicIdPartition) -> int | None:
         """Delete every remote segment of ``tip``; how many, or None when the RLMM holds no metadata of it."""
         try:
+            sync = getattr(self.rlmm, "sync", None)
+            if sync is not None:  # a cluster: the last leader's final uploads may not be applied here yet
+                sync(tip)
             listed = list(self.rlmm.list_remote_log_segments(tip))
         except RemoteResourceNotFoundError:  # Kafka's answer for a partition with no metadata at all
             return None
@@ -400,6 +517,10 @@ class RemoteLogManager:
         # partition is being copied between two runs, so every one of them is dangling.
         await self._run(self._copier, self._clean_dangling, st.tip, frozenset(st.being_copied))
         if st.first_run:
+            # A new leader resumes after what earlier leaders uploaded: read their metadata to its end first.
+            sync = getattr(self.rlmm, "sync", None)
+            if sync is not None:
+                await self._run(self._copier, sync, st.tip)
             entries = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
             offset, _epoch = await self._run(self._copier, find_highest_remote_offset, entries,
                                              plog.log_end_offset,
@@ -445,6 +566,7 @@ class RemoteLogManager:
             self._cleanup_quietly(md)
             raise
         crash_point("copy.after_upload")  # every object is in the store, COPY_SEGMENT_FINISHED not written
+        self._abandon_if_taken_over(md)
         finished = RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self._clock.milliseconds(), custom,
                                                   S.COPY_SEGMENT_FINISHED, self.broker_id)
         limit = self.config.custom_metadata_max_bytes
@@ -455,7 +577,30 @@ class RemoteLogManager:
                 f"({limit}) for {md.remote_log_segment_id}")
         self.rlmm.update_remote_log_segment_metadata(finished)
 
+    def _abandon_if_taken_over(self, md: RemoteLogSegmentMetadata) -> None:
+        """Cluster mode: leadership may have moved while this upload ran, and the new leader treats an
+        upload it did not start as dangling and deletes it. Read the metadata to its end; if the segment
+        is no longer COPY_SEGMENT_STARTED, delete what this upload wrote (the new leader's delete may have
+        run before the last object landed) and give up - so the store never keeps an object the metadata
+        does not list. When the check passes and the new leader deletes afterwards, its delete follows
+        the finished upload, which is just as clean."""
+        sync = getattr(self.rlmm, "sync", None)
+        if sync is None:
+            return
+        tip = md.topic_id_partition
+        sync(tip)
+        current = next((m for m in self.rlmm.list_remote_log_segments(tip)
+                        if m.remote_log_segment_id == md.remote_log_segment_id), None)
+        if current is None or current.state is not S.COPY_SEGMENT_STARTED:
+            log.info("abandoning upload %s: another leader took it over (%s)", describe(tip, md),
+                     "gone" if current is None else current.state.name)
+            self.rsm.delete_log_segment_data(md)
+            raise UploadAbandonedError(f"upload of {md.remote_log_segment_id} was taken over by another leader")
+
     def _clean_dangling(self, tip: TopicIdPartition, being_copied: frozenset[RemoteLogSegmentId]) -> int:
+        sync = getattr(self.rlmm, "sync", None)
+        if sync is not None:  # a cluster: an upload another broker finished meanwhile is not dangling
+            sync(tip)
         dangling = [md for md in self.rlmm.list_remote_log_segments(tip)
                     if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in being_copied]
         for md in dangling:
@@ -654,6 +799,24 @@ class RemoteLogManager:
         def run() -> TimestampAndOffset | None:
             return reader.find_offset_by_timestamp(
                 tip, epochs, timestamp, start, local_log_start_offset=local_start,
+                segment_filter=lambda md: is_remote_segment_within_leader_epochs(md, leo, lineage))
+
+        return self._submit_read(run)
+
+    def find_max_timestamp(self, tip: TopicIdPartition, plog: PartitionLog,
+                           local_max_timestamp: int | None) -> asyncio.Future[TimestampAndOffset | None]:
+        """ListOffsets MAX_TIMESTAMP over the remote-only part of the log (KAFKA-17552), on the reader pool:
+        the first record with the largest remote timestamp when it is at least ``local_max_timestamp``
+        (ties go to the remote, earlier, offset), else None (``RemoteLogReader.find_max_timestamp``)."""
+        assert self.reader is not None, "RemoteLogManager not started"
+        epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
+        lineage = build_filtered_leader_epoch_map(epochs)
+        leo, start, local_start = plog.log_end_offset, plog.log_start_offset, plog.local_log_start_offset
+        reader = self.reader
+
+        def run() -> TimestampAndOffset | None:
+            return reader.find_max_timestamp(
+                tip, start, local_start, local_max_timestamp,
                 segment_filter=lambda md: is_remote_segment_within_leader_epochs(md, leo, lineage))
 
         return self._submit_read(run)

@@ -1,4 +1,5 @@
-"""The remote read path: Kafka's ``RemoteLogManager.read`` and the remote half of ListOffsets by timestamp.
+"""The remote read path: Kafka's ``RemoteLogManager.read`` and the remote half of ListOffsets by timestamp
+(and of ListOffsets MAX_TIMESTAMP, which Kafka answers from local segments only: KAFKA-17552).
 
 Everything here is synchronous and blocks on the store: the broker runs it on the remote reader
 thread pool (``remote.log.reader.threads``), never on the event loop. Inputs that the event loop owns
@@ -1093,6 +1094,46 @@ class RemoteLogReader:
             epoch = epochs[i] if i < len(epochs) else None
         return None
 
+    def find_max_timestamp(
+        self,
+        tp: TopicIdPartition,
+        starting_offset: int,
+        local_log_start_offset: int,
+        local_max_timestamp: int | None,
+        *,
+        segment_filter: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+    ) -> TimestampAndOffset | None:
+        """ListOffsets MAX_TIMESTAMP (-3) over the remote-only part of the log (KAFKA-17552): the first
+        record holding the largest timestamp of the remote segments below ``local_log_start_offset``,
+        when that timestamp is at least ``local_max_timestamp`` (the local log's largest; None: the local
+        log holds no records). None means the local answer stands.
+
+        Candidates are the COPY_SEGMENT_FINISHED segments with ``end_offset >= starting_offset`` (the log
+        start: an expired segment not yet deleted does not count) accepted by ``segment_filter`` (pass the
+        leader-epoch lineage check there), taken by ``max_timestamp_ms`` descending, then start offset:
+        Kafka answers the earliest offset holding the maximum, so on a tie the remote-only copy, which
+        lies below every local offset, wins over the local one, and an earlier segment over a later one.
+        Only the first candidate is read (its time index, then the one batch holding the record), unless
+        it yields nothing: its maximum may belong to a record below ``starting_offset`` (DeleteRecords
+        inside the segment), or be the file's mtime when its records carry no timestamps (the copier's
+        ``largest_timestamp``); the next candidate is tried then. In the first case the segment's own
+        records at or above the log start are not rescanned for a lower maximum (a whole-segment read
+        for a rare case; Kafka's local search ignores the log start altogether).
+        """
+        candidates: dict[object, RemoteLogSegmentMetadata] = {}
+        for md in self.rlmm.list_remote_log_segments(tp):
+            if (md.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED or md.end_offset < starting_offset
+                    or md.start_offset >= local_log_start_offset
+                    or (local_max_timestamp is not None and md.max_timestamp_ms < local_max_timestamp)
+                    or (segment_filter is not None and not segment_filter(md))):
+                continue
+            candidates[md.remote_log_segment_id] = md
+        for md in sorted(candidates.values(), key=lambda m: (-m.max_timestamp_ms, m.start_offset)):
+            found = self._lookup_timestamp(md, md.max_timestamp_ms, starting_offset)
+            if found is not None and (local_max_timestamp is None or found.timestamp >= local_max_timestamp):
+                return found
+        return None
+
     def _lookup_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int,
                           starting_offset: int) -> TimestampAndOffset | None:
         """Scan batch headers from the time index position; decode only the batch that must hold it
@@ -1191,3 +1232,13 @@ def find_offset_by_timestamp(
     return RemoteLogReader(rsm, rlmm, index_cache).find_offset_by_timestamp(
         tp, leader_epochs, timestamp, starting_offset, local_log_start_offset=local_log_start_offset,
         segment_filter=segment_filter)
+
+
+def find_max_timestamp(
+    rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, index_cache: RemoteIndexCache,
+    tp: TopicIdPartition, starting_offset: int, local_log_start_offset: int, local_max_timestamp: int | None, *,
+    segment_filter: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+) -> TimestampAndOffset | None:
+    """``RemoteLogReader(rsm, rlmm, index_cache).find_max_timestamp(...)``."""
+    return RemoteLogReader(rsm, rlmm, index_cache).find_max_timestamp(
+        tp, starting_offset, local_log_start_offset, local_max_timestamp, segment_filter=segment_filter)

@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -81,6 +82,13 @@ class BrokerChild:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # The exact command, so an operator can restart one broker by hand (after killing or wiping it).
+        script = self.data_dir / "restart.sh"
+        script.write_text(
+            "#!/bin/sh\n# restart this broker as the local cluster started it (its log: broker.log beside this)\n"
+            f"cd {shlex.quote(str(Path.cwd()))} && exec {shlex.join(self.args)} "
+            f">> {shlex.quote(str(self.log_path))} 2>&1\n")
+        script.chmod(0o755)
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -145,10 +153,10 @@ class LocalCluster:
             "log.dirs": str(self.directory / f"broker-{broker_id}" / "logs"),
             "metrics.port": str(self.metrics_port(broker_id)),
             "metrics.host": self.host,
-            # tiered storage is refused with zookeeper.connect until KIP-405 followers exist; when it is
-            # turned on (--set), the brokers share one `local` store, as they would one bucket
-            "remote.log.storage.system.enable": "false",
+            # tiered storage as in server.properties, the brokers sharing one `local` store as they would
+            # one bucket, and __remote_log_metadata replicated like the other internal topics
             "rsm.config.dir": str(self.directory / "remote-storage"),
+            "rlmm.config.remote.log.metadata.topic.replication.factor": rf,
             "default.replication.factor": rf,
             "offsets.topic.replication.factor": rf,
             **self.overrides,

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from strata.broker.dispatch import CloseConnection, RequestContext, handles
+from strata.client.wire import ADMIN_CLIENT_ID
 from strata.common import TopicPartition
 from strata.errors import (
     ErrorCode,
@@ -92,7 +93,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
                 parts.append(_partition_error(index, code, None))
                 continue
-            if info.is_internal:
+            # Kafka's internalTopicsAllowed: only the brokers' own writers (the RLMM writing
+            # __remote_log_metadata to its leader on another broker) may produce to internal topics.
+            if info.is_internal and ctx.client_id != ADMIN_CLIENT_ID:
                 parts.append(_partition_error(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                               f"Cannot append to internal topic {info.name}"))
                 continue

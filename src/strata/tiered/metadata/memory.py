@@ -30,7 +30,7 @@ class InMemoryMetadataTopic:
         self._values = [[] for _ in range(num_partitions)]
         self._start = [0] * num_partitions
 
-    def ensure_created(self, num_partitions: int, retention_ms: int) -> int:
+    def ensure_created(self, num_partitions: int, retention_ms: int, replication_factor: int = 1) -> int:
         with self._lock:
             self.create_calls += 1
             if self._values is None:

@@ -171,7 +171,7 @@ class TopicBasedRemoteLogMetadataManagerConfig:
 class MetadataTopic(Protocol):
     """The broker's handle on ``__remote_log_metadata`` (replaces Kafka's producer, consumer and admin)."""
 
-    def ensure_created(self, num_partitions: int, retention_ms: int) -> int:
+    def ensure_created(self, num_partitions: int, retention_ms: int, replication_factor: int) -> int:
         """Create the topic if missing (cleanup.policy=delete, remote.storage.enable=false); its partition count."""
         ...
 
@@ -201,6 +201,7 @@ class LoadStats:
     duration_s: float = 0.0
 
 
+POLL_WAIT_MS = 200  # the consumer task's long-poll: how stale a follower's view of the metadata may get
 _REPLAY_BATCH = 1024  # records applied per hold of the apply lock while replaying
 _NO_OFFSET = -1
 _SNAPSHOT_MAGIC = b"SRLM"
@@ -236,6 +237,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._closed = False
         self._init_thread: threading.Thread | None = None
         self._snapshot_thread: threading.Thread | None = None
+        self._consumer_thread: threading.Thread | None = None
         self._snapshot_wakeup = threading.Event()
         self._snapshot_write_lock = threading.Lock()
         self._last_snapshot_monotonic = time.monotonic()
@@ -283,8 +285,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if self._initialize_started:
             return
         self._initialize_started = True
+        # In a cluster the topic can only be created once enough brokers have registered, which happens
+        # after the broker starts serving: the topic's creation waits on the loading thread there.
+        create_later = background and getattr(self._topic, "create_in_background", False)
         try:
-            self._create_topic()
+            if not create_later:
+                self._create_topic()
             config.log_dir.mkdir(parents=True, exist_ok=True)
         except RemoteStorageError as e:
             self._failure = e
@@ -294,7 +300,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                                                      daemon=True)
             self._snapshot_thread.start()
         if background:
-            self._init_thread = threading.Thread(target=self._load_guarded, args=(True,),
+            self._init_thread = threading.Thread(target=self._load_guarded, args=(True, create_later),
                                                  name="RLMMInitializationThread", daemon=True)
             self._init_thread.start()
         else:
@@ -315,7 +321,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return
         self._closing = True
         self._snapshot_wakeup.set()
-        for thread in (self._init_thread, self._snapshot_thread):
+        for thread in (self._init_thread, self._snapshot_thread, self._consumer_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join()
         if self._config is not None and self._config.snapshot_enable and self._all_loaded.is_set() \
@@ -332,7 +338,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         while True:
             try:
                 actual = self._topic.ensure_created(config.metadata_topic_partitions_count,
-                                                    config.metadata_topic_retention_ms)
+                                                    config.metadata_topic_retention_ms,
+                                                    config.metadata_topic_replication_factor)
                 break
             except Exception as e:  # noqa: BLE001 - any failure to reach the topic is retried until the deadline
                 if time.monotonic() >= deadline or self._closing:
@@ -349,8 +356,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def _load_guarded(self, background: bool = False) -> None:
+    def _load_guarded(self, background: bool = False, create_first: bool = False) -> None:
         try:
+            if create_first:
+                self._create_topic()
             self._load(background)
         except Exception as e:
             log.exception("Loading the remote log metadata failed")
@@ -411,6 +420,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         stats.duration_s = time.perf_counter() - started
         self.load_stats = stats
         self._all_loaded.set()
+        if getattr(topic, "poll", None) is not None and not self._closing:
+            self._consumer_thread = threading.Thread(target=self._consume_loop, name="RLMMConsumerTask",
+                                                     daemon=True)
+            self._consumer_thread.start()
         log.info("Loaded remote log metadata in %.3f s: %d records replayed, snapshot %s (%d segments)",
                  stats.duration_s, stats.records_replayed, "used" if stats.snapshot_loaded else "not used",
                  stats.snapshot_segments)
@@ -446,6 +459,56 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._pending_reload.difference_update(reload)
         for tp in reload:
             self._reload_partition(tp)
+
+    # -- consuming other brokers' writes (cluster) --------------------------------------------------
+
+    def _subscribed_partitions(self) -> set[int]:
+        """Kafka's subscription: the metadata partitions holding an assigned user partition (leader or
+        follower). A metadata partition dropped and subscribed again resumes after its last applied
+        offset, so nothing written meanwhile is missed."""
+        assert self._partitioner is not None
+        with self._lock:
+            return {self._partitioner.metadata_partition(tp) for tp in self._assigned | self._pending_reload}
+
+    def _consume_loop(self) -> None:
+        """Kafka's ``ConsumerTask``: in a cluster other brokers write metadata too (the leaders of the
+        user partitions this broker follows); their records are applied as they become committed.
+        ``poll`` long-polls the partitions' leaders, so an idle loop costs one request per leader per
+        ``POLL_WAIT_MS``."""
+        assert self._topic is not None
+        poll = self._topic.poll  # type: ignore[attr-defined]
+        failures = 0
+        while not self._closing:
+            partitions = self._subscribed_partitions()
+            if not partitions:
+                time.sleep(POLL_WAIT_MS / 1000)
+                continue
+            try:
+                batches = poll({p: self._last_applied[p] + 1 for p in partitions}, POLL_WAIT_MS)
+                failures = 0
+            except Exception as e:  # noqa: BLE001 - a leader moving or a broker down: retried
+                failures += 1
+                level = logging.WARNING if failures == 1 or failures % 100 == 0 else logging.DEBUG
+                log.log(level, "Polling %s failed (%d in a row): %s", REMOTE_LOG_METADATA_TOPIC_NAME, failures, e)
+                time.sleep(min(1.0, 0.05 * failures))
+                continue
+            for partition, records in batches.items():
+                decoded = [(offset, self._decode(partition, offset, value)) for offset, value in records]
+                with self._lock:
+                    for offset, md in decoded:
+                        self._apply(partition, offset, md)
+
+    def sync(self, tp: TopicIdPartition) -> None:
+        """Apply every committed record of ``tp``'s metadata partition now (read to its current end).
+
+        A new leader calls this before deciding where copying resumes, and an uploader before it
+        completes an upload: decisions made on a cache that lags other brokers' writes would upload a
+        segment twice or keep one another broker began to delete."""
+        self._check_usable()
+        assert self._partitioner is not None
+        partition = self._partitioner.metadata_partition(tp)
+        if partition in self._loaded:
+            self._replay(partition)
 
     # -- the one way into the cache ---------------------------------------------------------------
 

@@ -233,11 +233,11 @@ class FlakyTopic(InMemoryMetadataTopic):
         super().__init__()
         self.failures = failures
 
-    def ensure_created(self, num_partitions: int, retention_ms: int) -> int:
+    def ensure_created(self, num_partitions: int, retention_ms: int, replication_factor: int = 1) -> int:
         if self.failures:
             self.failures -= 1
             raise ConnectionError("broker not ready")
-        return super().ensure_created(num_partitions, retention_ms)
+        return super().ensure_created(num_partitions, retention_ms, replication_factor)
 
 
 def test_topic_creation_is_retried(managers):

@@ -1,0 +1,266 @@
+"""Tiered storage in a cluster (issue 14): KIP-405 followers and replicas rebuilt from remote storage.
+
+Real ZooKeeper, brokers as processes, confluent-kafka clients, one local-directory store shared by
+the brokers. What is checked is what an operator relies on: only the leader uploads (each segment
+once), a follower's disk shrinks to its local retention once - and only once - its leader has
+uploaded, a wiped replica comes back holding the local tail only, and that replica, made leader,
+serves every offset from the remote tier.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import NewTopic
+from tests.broker.kafka_wire import WireClient
+from tests.cluster.harness import running_cluster, wait_until
+from tests.cluster.tiered_harness import (
+    LOCAL_RETENTION_BYTES,
+    SEGMENT_BYTES,
+    consume_all,
+    local_segments,
+    produce,
+    store_segments,
+    tiered_props,
+    tiered_topic_config,
+    value,
+)
+from tests.reliability.crash_harness import remote_segments
+
+from strata.tiered.storage.local import read_events
+
+TOPIC = "tiered"
+RECORDS = 3000  # ~3 MB: about 45 segments of 64 KiB, local retention 2 segments
+
+
+def _uploaded_up_to(store: Path, minimum_segments: int) -> bool:
+    return len(store_segments(store, TOPIC)) >= minimum_segments
+
+
+def _check_store_matches_metadata(bootstrap: str, store: Path, topic: str = TOPIC) -> list[tuple[int, int]]:
+    """The store holds exactly the finished segments' objects (no copy twice, no orphan, no temp file), and
+    their offsets leave no gap. Segments of different leaders may overlap (a replica rolls its own segments,
+    so a new leader's first upload can start inside its predecessor's last one - Kafka's behaviour too), but
+    no range is uploaded twice. Returns the sorted spans."""
+    finished = {sid: s for sid, s in remote_segments(bootstrap).items()
+                if s.topic == topic and s.state == 1}  # COPY_SEGMENT_FINISHED
+    objects = store_segments(store, topic)
+    ids = sorted(sid for ids in objects.values() for sid in ids)
+    assert sorted(finished) == ids, f"store {ids} != metadata {sorted(finished)}"
+    temp = [f.name for f in store.glob(f"{topic}-*/*/*") if ".tmp-" in f.name]
+    assert not temp, f"temp files left in the store: {temp}"
+    spans = sorted((s.start, s.end) for s in finished.values())
+    assert len(set(spans)) == len(spans), f"a segment uploaded twice: {spans}"
+    covered = spans[0][1] if spans else -1
+    for start, end in spans[1:]:
+        assert start <= covered + 1, f"remote segments leave a gap after {covered}: {spans}"
+        assert end > covered, f"a segment inside another one (uploaded twice): {spans}"
+        covered = end
+    return spans
+
+
+def test_followers_keep_the_local_tail_and_a_wiped_replica_rebuilds_from_remote(zk_connect: str,
+                                                                                  tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with running_cluster(zk_connect, tmp_path, 2, tiered_props(store), verbose=True) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        produce(cluster.bootstrap, TOPIC, 0, RECORDS)
+        leader = cluster.leader_of(TOPIC, 0)
+        follower = 3 - leader
+
+        # Only the leader uploads, each segment once; both replicas shrink to the local retention.
+        wait_until(lambda: _uploaded_up_to(store, 40), 90, "the leader uploading the rolled segments")
+        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES  # retention, the segment being uploaded, the active one
+        for broker in (leader, follower):
+            wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= bound, 60,
+                       f"broker {broker}'s local log shrinking to its local retention")
+        _check_store_matches_metadata(cluster.bootstrap, store)
+        total = RECORDS * 1000
+        remote_bytes = sum(s.size for s in remote_segments(cluster.bootstrap).values()
+                           if s.topic == TOPIC and s.state == 1)
+        assert remote_bytes >= 20 * LOCAL_RETENTION_BYTES - SEGMENT_BYTES and remote_bytes < 1.2 * total
+
+        # Wipe the follower's disk: it comes back with the local tail only (nothing below the leader's
+        # local log start is written), then rejoins the ISR.
+        cluster.brokers[follower].kill()
+        leader_local_start = min(local_segments(cluster, leader, TOPIC))
+        shutil.rmtree(cluster.brokers[follower].data_dir / "logs")
+        cluster.brokers[follower].start()
+        cluster.wait_full_isr(TOPIC, 60)
+        rebuilt = local_segments(cluster, follower, TOPIC)
+        assert rebuilt and min(rebuilt) >= leader_local_start, (sorted(rebuilt), leader_local_start)
+        assert sum(rebuilt.values()) <= bound
+        assert "from the remote segment ending at" in cluster.brokers[follower].tail(200_000)
+
+        # Made leader (the other broker dies), the rebuilt replica serves every offset, remote ones included.
+        cluster.brokers[leader].kill()
+        wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica becoming leader")
+        got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, RECORDS)
+        assert len(got) == RECORDS and all(v == value(i) for i, v in enumerate(got))
+        # It goes on tiering as leader: more records roll, and it uploads them after the old leader's.
+        produce(cluster.brokers[follower].bootstrap, TOPIC, RECORDS, 600)
+        wait_until(lambda: max(store_segments(store, TOPIC)) > leader_local_start + 500, 60,
+                   "the new leader uploading")
+        _check_store_matches_metadata(cluster.brokers[follower].bootstrap, store)
+
+
+def test_leader_killed_while_uploading_leaves_one_copy_of_every_segment(zk_connect: str, tmp_path: Path) -> None:
+    """``kill -9`` of the leader while it uploads, three times: the new leader cleans the upload its
+    predecessor left half-done, resumes after what was uploaded, and every acknowledged record is read
+    exactly once from the two tiers."""
+    store = tmp_path / "store"
+    with running_cluster(zk_connect, tmp_path, 3, tiered_props(store), verbose=True) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, 3, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        written = 0
+        for _round in range(3):
+            produce(cluster.bootstrap, TOPIC, written, 800)
+            written += 800
+            leader = cluster.leader_of(TOPIC, 0)
+            before = len(store_segments(store, TOPIC))
+            # kill as soon as the leader has started uploading this round's segments
+            wait_until(lambda b=before: len(store_segments(store, TOPIC)) > b, 60, "an upload starting")
+            cluster.brokers[leader].kill()
+            wait_until(lambda old=leader: cluster.leader_of(TOPIC, 0) not in (old, -1), 30, "a new leader")
+            cluster.brokers[leader].start()
+            cluster.wait_full_isr(TOPIC, 60)
+        leader = cluster.leader_of(TOPIC, 0)
+        # everything rolled is uploaded once, by whoever leads now
+        wait_until(lambda: max(store_segments(store, TOPIC), default=0) >= written - 3 * SEGMENT_BYTES // 1000, 90,
+                   "the last rolled segments uploaded")
+        wait_until(lambda: _settled(cluster.bootstrap, store), 60, "the store and the metadata agreeing")
+        spans = _check_store_matches_metadata(cluster.bootstrap, store)
+        assert spans[0][0] == 0
+        got = consume_all(cluster.bootstrap, TOPIC, written)
+        assert len(got) == written and all(v == value(i) for i, v in enumerate(got))
+
+
+def _settled(bootstrap: str, store: Path) -> bool:
+    """No upload or delete in flight: every listed object is a finished segment and vice versa."""
+    try:
+        _check_store_matches_metadata(bootstrap, store)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_followers_keep_what_is_not_uploaded_while_the_store_is_down(zk_connect: str, tmp_path: Path) -> None:
+    """With the store unreachable nothing is uploaded, so no replica - leader or follower - deletes a local
+    segment past its local retention; once the store is back both shrink to it."""
+    store = tmp_path / "store"
+    fault = tmp_path / "store-down"
+    props = {**tiered_props(store), "rsm.config.fault.file": str(fault)}
+    with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        fault.touch()
+        produce(cluster.bootstrap, TOPIC, 0, 1500)  # ~1.5 MB: 23 segments, local retention 2
+        leader = cluster.leader_of(TOPIC, 0)
+        follower = 3 - leader
+        wait_until(lambda: max(local_segments(cluster, follower, TOPIC)) >= 1400 - SEGMENT_BYTES // 1000, 30,
+                   "the follower replicating")
+        time.sleep(2)  # several retention checks (every 200 ms) and follower-task runs while the store is down
+        for broker in (leader, follower):
+            kept = local_segments(cluster, broker, TOPIC)
+            assert min(kept) == 0 and sum(kept.values()) >= 1400 * 1000, (broker, sorted(kept))
+        assert not store_segments(store, TOPIC)
+        fault.unlink()
+        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES
+        for broker in (leader, follower):
+            wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= bound, 60,
+                       f"broker {broker} shrinking once the store is back")
+        _check_store_matches_metadata(cluster.bootstrap, store)
+        got = consume_all(cluster.bootstrap, TOPIC, 1500)
+        assert len(got) == 1500
+
+
+def test_deleting_a_tiered_topic_deletes_its_remote_data_once(zk_connect: str, tmp_path: Path) -> None:
+    """Kafka's DeleteTopic scenario (2 partitions, RF 2): each partition's remote data is deleted once, by its
+    leader, also when the other replica is down while the topic is deleted."""
+    store = tmp_path / "store"
+    with running_cluster(zk_connect, tmp_path, 3, tiered_props(store)) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 2, 2, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        for p in (0, 1):
+            produce(cluster.bootstrap, TOPIC, 0, 700, partition=p)
+        wait_until(lambda: all(len(store_segments(store, TOPIC, p)) >= 8 for p in (0, 1)), 60, "both partitions tiered")
+        meta = cluster.metadata(TOPIC)
+        # a follower of partition 0 that leads nothing of the topic goes down before the delete
+        leaders = {meta.partitions[p].leader for p in (0, 1)}
+        down = next((r for r in meta.partitions[0].replicas if r not in leaders), None)
+        if down is not None:
+            cluster.brokers[down].kill()
+        copied = {(e["partition"], e["segment_id"]) for e in read_events(store, "COPY_SEGMENT") if e["topic"] == TOPIC}
+        # with a replica down the deletion completes only once it is back (it acknowledges then): no wait here
+        cluster.admin().delete_topics([TOPIC], operation_timeout=5)
+        wait_until(lambda: not store_segments(store, TOPIC, 0) and not store_segments(store, TOPIC, 1), 60,
+                   "the remote data deleted")
+        if down is not None:
+            cluster.brokers[down].start()
+            wait_until(lambda: TOPIC not in cluster.admin().list_topics(timeout=5).topics, 60, "the deletion done")
+        deletes = [(e["partition"], e["segment_id"]) for e in read_events(store, "DELETE_SEGMENT")
+                   if e["topic"] == TOPIC and not e.get("error")]
+        assert sorted(deletes) == sorted(set(deletes)), "a segment deleted twice"
+        assert set(deletes) == copied, "every uploaded segment deleted, by one broker, once"
+
+
+def test_a_partition_reassigned_to_an_empty_broker_copies_the_tail_only(zk_connect: str, tmp_path: Path) -> None:
+    """Kafka's ReassignReplicaMove / ReassignToEmptyReplica: [1, 2] -> [1, 3] with broker 3 empty. Broker 3
+    builds its replica from the remote segment's indexes and the leader's tail, joins the ISR, and serves
+    every offset once it leads."""
+    store = tmp_path / "store"
+    with running_cluster(zk_connect, tmp_path, 3, tiered_props(store)) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, replica_assignment=[[1, 2]],
+                                                config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        produce(cluster.bootstrap, TOPIC, 0, 1500)
+        wait_until(lambda: sum(local_segments(cluster, 1, TOPIC).values()) <= LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES,
+                   60, "the leader holding the local tail only")
+        leader_local_start = min(local_segments(cluster, 1, TOPIC))
+        controller = cluster.admin().list_topics(timeout=10).controller_id
+        with WireClient(cluster.brokers[controller].bootstrap) as w:
+            r = w.call(45, 0, timeout=30_000, topics=[{"name": TOPIC, "partitions": [
+                {"partition_index": 0, "replicas": [1, 3]}]}])
+        assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0
+        wait_until(lambda: sorted(cluster.metadata(TOPIC).partitions[0].replicas) == [1, 3], 60,
+                   "the reassignment complete")
+        cluster.wait_full_isr(TOPIC)
+        moved = local_segments(cluster, 3, TOPIC)
+        assert moved and min(moved) >= leader_local_start, (sorted(moved), leader_local_start)
+        wait_until(lambda: not local_segments(cluster, 2, TOPIC), 30, "broker 2's replica deleted")
+        cluster.brokers[1].kill()
+        wait_until(lambda: cluster.leader_of(TOPIC, 0) == 3, 30, "broker 3 leading")
+        got = consume_all(cluster.brokers[3].bootstrap, TOPIC, 1500)
+        assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
+
+
+def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_connect: str, tmp_path: Path) -> None:
+    """``follower.fetch.last.tiered.offset.enable``: a wiped follower starts at the last tiered offset + 1,
+    past the tiered segments its leader still keeps in local retention; made leader it serves them remotely."""
+    store = tmp_path / "store"
+    props = {**tiered_props(store), "follower.fetch.last.tiered.offset.enable": "true"}
+    with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        produce(cluster.bootstrap, TOPIC, 0, 1500)
+        leader = cluster.leader_of(TOPIC, 0)
+        follower = 3 - leader
+        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES
+        wait_until(lambda: sum(local_segments(cluster, leader, TOPIC).values()) <= bound, 60, "local retention")
+        last_tiered = max(s.end for s in remote_segments(cluster.bootstrap).values()
+                          if s.topic == TOPIC and s.state == 1)
+        cluster.brokers[follower].kill()
+        leader_local = sorted(local_segments(cluster, leader, TOPIC))
+        assert leader_local[0] <= last_tiered  # the leader keeps tiered segments locally (its local retention)
+        shutil.rmtree(cluster.brokers[follower].data_dir / "logs")
+        cluster.brokers[follower].start()
+        cluster.wait_full_isr(TOPIC, 60)
+        rebuilt = sorted(local_segments(cluster, follower, TOPIC))
+        assert rebuilt[0] >= last_tiered + 1 > leader_local[0], (rebuilt, last_tiered, leader_local)
+        cluster.brokers[leader].kill()
+        wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica leading")
+        got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, 1500)
+        assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
