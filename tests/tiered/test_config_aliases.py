@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from tests.broker.kafka_wire import WireClient
 from tests.tiered.harness import TieredBroker, wait_until
 from tests.tiered.test_tiered_configs import create_error
@@ -42,11 +42,16 @@ def test_deprecated_aliases_through_real_clients(tiered: TieredBroker) -> None:
     assert described["remote.storage.enable"].value == "true"
     assert described["retention.ms"].value == "86400000"
     assert not {"remote.log.storage.enable", "remote.log.retention.ms", "remote.log.retention.bytes"} & set(described)
+    # stored under Kafka's keys: topic overrides, as kafka-configs --describe lists them
+    assert described["remote.storage.enable"].source == described["retention.ms"].source == \
+        ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     b.produce("a", 0, [("k0", "v0"), ("k1", "v1")])
     b.wait_offloaded("a", 0, [0])  # the alias really turned tiering on
 
     b.alter_topic("a", {"remote.log.retention.bytes": "1048576"})  # IncrementalAlterConfigs
     assert describe(admin, "a")["retention.bytes"].value == "1048576"
+    b.alter_topic("a", {"remote.log.retention.ms": "172800000"})  # replaces the canonical override it aliases
+    assert describe(admin, "a")["retention.ms"].value == "172800000"
     assert alter_configs(b, "a", {"remote.log.storage.enable": "true", "remote.log.retention.bytes": "2097152",
                                   "local.retention.bytes": "1"}) == (0, None)
     described = describe(admin, "a")

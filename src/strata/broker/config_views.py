@@ -54,8 +54,8 @@ from strata.config.broker_config import (
     broker_config_synonyms,
     merge_dynamic_configs,
 )
-from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
-from strata.errors import ApiError, ErrorCode
+from strata.config.log_config import LOG_CONFIG_DEF, TOPIC_CONFIG_ALIASES, LogConfig, canonical_topic_configs
+from strata.errors import ApiError, ErrorCode, InvalidConfigError
 
 if TYPE_CHECKING:
     from strata.broker.dynamic_config import DynamicBrokerConfigs
@@ -445,6 +445,26 @@ def check_changes(changes: Sequence[ConfigChange], *, incremental: bool) -> None
         raise ApiError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
 
 
+def canonical_topic_changes(changes: Sequence[ConfigChange]) -> list[ConfigChange]:
+    """Deprecated topic keys (``remote.log.storage.enable``, ``remote.log.retention.*``) renamed to Kafka's,
+    so the stored override is the canonical key (DescribeConfigs then reports it as a topic override) and an
+    alias set over an existing canonical override replaces it. The same key twice with different values
+    (alias and canonical together) is INVALID_CONFIG."""
+    if not any(c.name in TOPIC_CONFIG_ALIASES for c in changes):
+        return list(changes)
+    try:
+        renamed = canonical_topic_configs({c.name: c.value for c in changes})
+    except InvalidConfigError as e:
+        raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    out, seen = [], set()
+    for c in changes:
+        name = TOPIC_CONFIG_ALIASES.get(c.name, c.name)
+        if name not in seen:
+            seen.add(name)
+            out.append(ConfigChange(name, renamed.get(name, c.value), c.op))
+    return out
+
+
 def replace_topic_overrides(changes: Sequence[ConfigChange]) -> dict[str, str]:
     """Legacy AlterConfigs: the request's entries become the topic's whole override set."""
     return {c.name: c.value for c in changes if c.value is not None}
@@ -566,6 +586,7 @@ async def alter_resource(broker: Broker, resource_type: int, resource_name: str,
         info = broker.topics.get(resource_name)
         if info is None:
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{resource_name}' does not exist.")
+        changes = canonical_topic_changes(changes)
         if incremental:
             overrides = incremental_topic_overrides(info.configs, changes)
         else:

@@ -25,7 +25,8 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from strata.broker.config_views import ConfigViews
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS, validate_topic_name
-from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.config.log_config import canonical_topic_configs
+from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,10 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str], di
     nulls = [c.name for c in topic.configs if c.value is None]
     if nulls:
         raise ApiError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
-    configs = {c.name: c.value for c in topic.configs}
+    try:  # deprecated aliases stored under Kafka's keys (a topic override DescribeConfigs reports as such)
+        configs = canonical_topic_configs({c.name: c.value for c in topic.configs})
+    except InvalidConfigError as e:
+        raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
     broker.topics.check_configs(configs)
     if topic.assignments:
         if topic.replication_factor != -1:
