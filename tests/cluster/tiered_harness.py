@@ -11,7 +11,12 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.broker.kafka_wire import WireClient
 from tests.cluster.harness import Cluster
+from tests.tiered.harness import LIST_OFFSETS, WAIT_S, TieredBroker, wait_until
+from tests.tiered.harness import tiered_props as harness_tiered_props
 
 SEGMENT_BYTES = 64 * 1024
 LOCAL_RETENTION_BYTES = 2 * SEGMENT_BYTES
@@ -108,3 +113,94 @@ def store_segments(store: Path, topic: str, partition: int = 0) -> dict[int, lis
             start, _, segment_id = name[:-4].partition("-")
             out.setdefault(int(start), []).append(segment_id)
     return out
+
+
+class TieredCluster(TieredBroker):
+    """Kafka's tiered-storage harness (``tests/tiered/harness.py``) over a cluster: the same actions and
+    observations, with topics placed on chosen brokers, reads sent to each partition's current leader, and
+    per-broker log directories. All brokers share one ``local`` store, whose event history counts uploads,
+    remote fetches and deletes of the whole cluster, as ``LocalTieredStorage``'s does in Kafka's tests."""
+
+    def __init__(self, zk_connect: str, tmp: Path, size: int = 2, **props: str) -> None:
+        self.remote_dir = tmp / "remote"
+        self.cluster = Cluster(zk_connect, tmp, size, {
+            **harness_tiered_props(self.remote_dir, **props),
+            "rlmm.config.remote.log.metadata.topic.replication.factor": str(min(size, 2)),
+            "metrics.port": "-1"}, verbose=True)
+        self._admin = None
+
+    def start(self) -> TieredCluster:
+        self.cluster.start()
+        return self
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    def admin(self) -> AdminClient:
+        return self.cluster.admin()
+
+    def leader(self, topic: str, partition: int) -> int:
+        return wait_until(f"a leader of {topic}-{partition}",
+                          lambda: max(self.cluster.leader_of(topic, partition), 0))
+
+    def log_dir(self, topic: str, partition: int, broker: int | None = None) -> Path:
+        b = self.leader(topic, partition) if broker is None else broker
+        return self.cluster.brokers[b].data_dir / "logs" / f"{topic}-{partition}"
+
+    def earliest_local_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
+        logs = sorted(p.name for p in self.log_dir(topic, partition, broker).glob("*.log"))
+        return int(logs[0].split(".")[0]) if logs else -1
+
+    def create_topic(self, topic: str, partitions: int = 1, max_batches_per_segment: int = 1,  # type: ignore[override]
+                     enable_remote: bool = True, assignment: dict[int, list[int]] | None = None,
+                     replication_factor: int = 1, **configs: str) -> None:
+        cfg = {"remote.storage.enable": str(enable_remote).lower(), "index.interval.bytes": "1",
+               "segment.index.bytes": str(12 * max_batches_per_segment), "local.retention.bytes": "1"}
+        if not enable_remote:
+            del cfg["local.retention.bytes"]
+        cfg.update({k.replace("_", "."): v for k, v in configs.items()})
+        if assignment is not None:
+            new = NewTopic(topic, len(assignment), replica_assignment=[assignment[p] for p in sorted(assignment)],
+                           config=cfg)
+        else:
+            new = NewTopic(topic, partitions, replication_factor, config=cfg)
+        self.admin().create_topics([new], operation_timeout=10)[topic].result(timeout=WAIT_S)
+        self.cluster.wait_full_isr(topic)
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """ListOffsets v9 to the partition's leader: ``(offset, leader_epoch)``."""
+        leader = self.cluster.brokers[self.leader(topic, partition)]
+        with WireClient(leader.bootstrap) as client:
+            resp = client.call(LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+                {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                "timestamp": timestamp}]}])
+        p = resp.topics[0].partitions[0]
+        assert int(p.error_code) == 0, p
+        return p.offset, p.leader_epoch
+
+    def reassign(self, topic: str, partition: int, replicas: list[int]) -> None:
+        """AlterPartitionReassignments to the controller; returns once the assignment is ``replicas``
+        and every replica of it is in the ISR."""
+        controller = self.admin().list_topics(timeout=10).controller_id
+        with WireClient(self.cluster.brokers[controller].bootstrap) as w:
+            r = w.call(45, 0, timeout=30_000, topics=[{"name": topic, "partitions": [
+                {"partition_index": partition, "replicas": replicas}]}])
+        assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0, r
+        wait_until(f"{topic}-{partition} reassigned to {replicas}",
+                   lambda: list(self.cluster.metadata(topic).partitions[partition].replicas) == replicas)
+        self.cluster.wait_full_isr(topic)
+
+    def elect_preferred(self, topic: str, partition: int) -> None:
+        from confluent_kafka import ElectionType
+
+        result = self.admin().elect_leaders(ElectionType.PREFERRED, [CkTopicPartition(topic, partition)])
+        errors = result.result(WAIT_S)
+        err = errors.get(CkTopicPartition(topic, partition))
+        assert err is None or "ELECTION_NOT_NEEDED" in str(err), err
+        preferred = self.cluster.metadata(topic).partitions[partition].replicas[0]
+        wait_until(f"broker {preferred} leading {topic}-{partition}",
+                   lambda: self.cluster.leader_of(topic, partition) == preferred)
