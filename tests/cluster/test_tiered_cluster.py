@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
@@ -28,6 +29,7 @@ from tests.cluster.tiered_harness import (
     value,
 )
 from tests.reliability.crash_harness import remote_segments
+from tests.support.seaweedfs import SeaweedFS, seaweedfs  # noqa: F401 - session fixture
 
 from strata.tiered.storage.local import read_events
 
@@ -260,6 +262,44 @@ def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_conne
         cluster.wait_full_isr(TOPIC, 60)
         rebuilt = sorted(local_segments(cluster, follower, TOPIC))
         assert rebuilt[0] >= last_tiered + 1 > leader_local[0], (rebuilt, last_tiered, leader_local)
+        cluster.brokers[leader].kill()
+        wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica leading")
+        got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, 1500)
+        assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
+
+
+def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_path: Path,
+                                                          seaweedfs: SeaweedFS) -> None:  # noqa: F811
+    """The replacement scenario with the ``s3`` RSM on a real S3 server (SeaweedFS): both brokers use one
+    bucket; the rebuilt replica fetches the remote segment's indexes from it and, leading, serves every
+    offset from it; the bucket holds one object set per finished segment."""
+    prefix = f"cluster-{uuid.uuid4().hex[:8]}/"
+    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
+    props = {**tiered_props(tmp_path / "unused"), "remote.log.storage.manager.class.name": "s3",
+             "rsm.config.key.prefix": prefix, **rsm}
+
+    def bucket_segments() -> list[str]:
+        return [k for k in seaweedfs.list_keys(prefix) if k.endswith(".log") and f"/{TOPIC}-" in f"/{k[len(prefix):]}"]
+
+    with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        produce(cluster.bootstrap, TOPIC, 0, 1500)
+        leader = cluster.leader_of(TOPIC, 0)
+        follower = 3 - leader
+        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES
+        for broker in (leader, follower):
+            wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= bound, 90,
+                       f"broker {broker} keeping the local tail only")
+        finished = [s for s in remote_segments(cluster.bootstrap).values() if s.topic == TOPIC and s.state == 1]
+        assert len(bucket_segments()) == len(finished) >= 15
+        cluster.brokers[follower].kill()
+        leader_local_start = min(local_segments(cluster, leader, TOPIC))
+        shutil.rmtree(cluster.brokers[follower].data_dir / "logs")
+        cluster.brokers[follower].start()
+        cluster.wait_full_isr(TOPIC, 60)
+        rebuilt = local_segments(cluster, follower, TOPIC)
+        assert rebuilt and min(rebuilt) >= leader_local_start
         cluster.brokers[leader].kill()
         wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica leading")
         got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, 1500)

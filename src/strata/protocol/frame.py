@@ -38,6 +38,7 @@ from kio.static.constants import EntityType
 
 from strata.errors import CorruptRecordError
 from strata.protocol.build import make, zero_values
+from strata.protocol.lengths import length_check
 from strata.protocol.records.varint import encode_uvarint
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,9 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
                                       f"which is not enabled ({served} served){client}")
     try:
         header, pos = entity_reader(cls.__header_schema__)(frame, 0)  # returns (value, bytes consumed)
+        # kio sizes an array by its declared count before reading it, and a failed allocation aborts
+        # the process: counts the frame cannot hold are refused first (headers have no arrays).
+        length_check(cls)(frame, pos)
         body, used = entity_reader(cls)(frame, pos)
         end = pos + used
     except Exception as e:  # kio raises assorted errors (struct, unicode, value) on garbage

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strata.client.cluster import KafkaCluster
+from strata.spark.failover import FailoverCluster
 from strata.spark.options import SourceOptions, parse_source_options
 from strata.spark.planning import (
     BrokerSlice,
@@ -23,7 +23,7 @@ from strata.spark.planning import (
 
 
 def plan_batch(opts: SourceOptions, pushdown: Pushdown | None = None) -> Plan:
-    with KafkaCluster(opts.bootstrap, timeout_s=opts.timeout_s, client_id="strata-spark-driver") as cluster:
+    with FailoverCluster(opts.bootstrap, timeout_s=opts.timeout_s, client_id="strata-spark-driver") as cluster:
         topics = resolve_topics(cluster, opts)
         ranges = apply_pushdown(cluster, opts, partition_ranges(cluster, opts, topics), pushdown)
         return plan_read(cluster, opts, ranges)

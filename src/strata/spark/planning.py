@@ -7,6 +7,11 @@ partition per segment (big segments are cut at offset-index entries into pieces 
 ``maxBytesPerPartition``); the rest, the tail not yet uploaded (and any hole in the remote
 chain), is read from the broker. Remote data wins even where a local copy still exists: every
 byte read from the store is a byte the broker does not serve.
+
+In a cluster the plan names no broker: remote segments are read from the store whichever broker
+led when they were copied (the store and ``__remote_log_metadata`` are shared), and a broker slice
+fetches from whoever leads its partition when it runs, following the leadership if it moves
+(:mod:`strata.spark.failover`). Every request of the planner is retried the same way.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class ReadSettings:
     timeout_s: float
     rsm_class: str | None = None
     rsm_props: tuple[tuple[str, str], ...] = ()
+    brokers: tuple[str, ...] = ()  # every broker the planner knew: where executors look when bootstrap is down
 
 
 @dataclass(frozen=True)
@@ -327,7 +333,8 @@ def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicP
                                                          else (None, {}))
     settings = ReadSettings(opts.bootstrap, opts.include_headers, opts.fail_on_data_loss, opts.isolation_level,
                             opts.fetch_max_bytes, opts.timeout_s, rsm_class,
-                            tuple(sorted((str(k), str(v)) for k, v in rsm_props.items())))
+                            tuple(sorted((str(k), str(v)) for k, v in rsm_props.items())),
+                            tuple(sorted(f"{host}:{port}" for host, port in cluster.metadata_cache.brokers.values())))
     plan = Plan(ranges=dict(ranges))
     wanted = {k: r for k, r in ranges.items() if r.start < r.end}
     chains: dict[TopicPartitionKey, list[RemoteLogSegmentMetadata]] = {}

@@ -3,7 +3,8 @@
 Both paths hand raw record batches to the columnar decoder and yield Arrow record batches in
 Spark's Kafka schema; no record is touched one by one in Python. A remote slice streams its byte
 range from the store in chunks (a batch cut by a chunk boundary is carried into the next chunk);
-a broker slice fetches until its planned end offset.
+a broker slice fetches until its planned end offset from the partition's current leader, and
+goes on from the new leader when the leadership moves during the read.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from strata.client.cluster import OFFSET_OUT_OF_RANGE, RETRIABLE, KafkaCluster
+from strata.client.cluster import EARLIEST, LATEST, OFFSET_OUT_OF_RANGE
 from strata.spark.columnar import AbortedTxn, ColumnarDecoder, decode_batches
+from strata.spark.failover import FAILOVER_CODES, FailoverCluster
 from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, StrataDataLossError
 from strata.spark.remote import OffsetIndexView, open_rsm, read_index
 from strata.tiered.api import IndexType, RemoteResourceNotFoundError
@@ -85,30 +87,44 @@ def read_remote(s: RemoteSlice) -> Iterator[Any]:
 
 
 def read_broker(s: BrokerSlice) -> Iterator[Any]:
+    """Fetch [start, end) from the partition's leader, following the leadership when it moves.
+
+    The position advances only past records a successful Fetch returned (and this generator
+    yielded), so a retry after a lost connection or a leader change starts at the first record not
+    read yet: nothing is read twice or skipped. :class:`FailoverCluster` retries the request itself.
+    """
     st = s.settings
+    key = (s.topic, s.partition)
     offset = s.start_offset
     empty = 0
     deadline = time.monotonic() + st.timeout_s
-    with KafkaCluster(st.bootstrap, timeout_s=st.timeout_s, client_id="strata-spark") as cluster:
+    with FailoverCluster(st.bootstrap, timeout_s=st.timeout_s, client_id="strata-spark",
+                         known_brokers=st.brokers) as cluster:
         while offset < s.end_offset:
             fetched = cluster.fetch(s.topic, s.partition, offset, max_bytes=st.fetch_max_bytes,
                                     isolation_level=st.isolation_level)
             code = fetched.error_code
             if code == OFFSET_OUT_OF_RANGE:
-                earliest = cluster.list_offsets({(s.topic, s.partition): -2})[(s.topic, s.partition)]
-                if earliest <= offset:
-                    raise ValueError(f"offset {offset} of {s.topic}-{s.partition} is out of range "
-                                     f"(earliest {earliest}) but was planned to be read")
-                _lost(s, f"offsets {offset}-{min(earliest, s.end_offset) - 1} of {s.topic}-{s.partition} were "
-                         "deleted before they were read")
-                offset = earliest
-                continue
-            if code in RETRIABLE:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"fetching {s.topic}-{s.partition} at {offset}: error {code} for "
-                                       f"{st.timeout_s:g} s")
-                time.sleep(RETRY_BACKOFF_S)
-                continue
+                earliest = cluster.list_offsets({key: EARLIEST})[key]
+                if offset < earliest:
+                    _lost(s, f"offsets {offset}-{min(earliest, s.end_offset) - 1} of {s.topic}-{s.partition} were "
+                             "deleted before they were read")
+                    offset = earliest
+                    continue
+                if time.monotonic() < deadline:  # an answer from a replica that is not the leader any more
+                    cluster.forget_leaders()
+                    time.sleep(RETRY_BACKOFF_S)
+                    continue
+                latest = cluster.list_offsets({key: LATEST})[key]
+                if offset > latest:  # the new leader does not have them (an unclean election)
+                    _lost(s, f"offsets {offset}-{s.end_offset - 1} of {s.topic}-{s.partition} are gone: the "
+                             f"partition now ends at {latest}")
+                    return
+                raise ValueError(f"offset {offset} of {s.topic}-{s.partition} is out of range "
+                                 f"(earliest {earliest}, latest {latest}) but was planned to be read")
+            if code in FAILOVER_CODES:  # FailoverCluster retried it for timeout_s already
+                raise TimeoutError(f"fetching {s.topic}-{s.partition} at {offset}: error {code} for "
+                                   f"{st.timeout_s:g} s")
             if code != 0:
                 raise RuntimeError(f"fetching {s.topic}-{s.partition} at offset {offset}: error {code}")
             aborted = [AbortedTxn(p, f) for p, f in fetched.aborted] if st.isolation_level == 1 else None

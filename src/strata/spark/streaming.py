@@ -4,8 +4,11 @@ Offsets are Spark's Kafka source offsets, JSON per topic and partition (``{"even
 so checkpoints read like Spark's own. Each micro-batch is planned like a batch read of
 [previous end, new end): whatever is already in the remote tier by then is read from the object
 store. The reader lives on the driver between micro-batches and keeps its replay of
-``__remote_log_metadata`` and its broker connection, so planning a batch reads only the metadata
-appended since the last one.
+``__remote_log_metadata`` and its broker connections, so planning a batch reads only the metadata
+appended since the last one. In a cluster every request follows the partitions' leaders
+(:mod:`strata.spark.failover`): a leader that dies between two micro-batches, or while one is
+planned or read, costs a retry, not the query, and the offsets of the checkpoint are the same
+whichever broker answered.
 """
 
 from __future__ import annotations
@@ -71,10 +74,10 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _cluster(self) -> Any:
         cluster = self._state.get("cluster")
         if cluster is None:
-            from strata.client.cluster import KafkaCluster
+            from strata.spark.failover import FailoverCluster
 
-            cluster = KafkaCluster(self.opts.bootstrap, timeout_s=self.opts.timeout_s,
-                                   client_id="strata-spark-stream")
+            cluster = FailoverCluster(self.opts.bootstrap, timeout_s=self.opts.timeout_s,
+                                      client_id="strata-spark-stream")
             self._state["cluster"] = cluster
         return cluster
 
