@@ -1,7 +1,7 @@
 """``make bench``: local-log throughput against plain file I/O, and broker produce/consume
 throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster] [--reps N]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin] [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
 Prints tables (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json and
@@ -24,6 +24,7 @@ import cluster_bench
 import columnar_bench
 import delete_topics_bench
 import log_bench
+import rejoin_bench
 import report as bench_report
 import spark_bench
 import tiered_bench
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=OUT / "work",
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
-    parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster"],
+    parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
+                                           "rejoin"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         delete_topics_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "cluster"):  # replication: acks=all RF=3, catch-up, failover, latency
         cluster_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "rejoin"):  # a new replica of a tiered topic copies the local tail only
+        rejoin_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

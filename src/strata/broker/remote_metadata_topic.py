@@ -140,7 +140,7 @@ class ClusterMetadataTopic:
         self._admin = admin
         self._topics = topics
         self._loop = loop
-        self._connections: dict[int, tuple[AsyncBrokerConnection, asyncio.Lock]] = {}
+        self._connections: dict[tuple[int, bool], tuple[AsyncBrokerConnection, asyncio.Lock]] = {}
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -176,14 +176,19 @@ class ClusterMetadataTopic:
         part = self._replicas.partitions.get(tp)
         return part.log if part is not None and part.is_leader else None
 
-    async def _request(self, broker_id: int, api_key: int, version: int, timeout_s: float, **fields: Any) -> Any:
-        entry = self._connections.get(broker_id)
+    async def _request(self, broker_id: int, api_key: int, version: int, timeout_s: float, *, polling: bool = False,
+                       **fields: Any) -> Any:
+        """One request on this broker's connection to ``broker_id``. The consumer task's long polls use a
+        connection of their own: sharing one would queue every write's read-back behind a poll (each upload
+        waited for three of them - 600 ms a segment - before this was split)."""
+        key = (broker_id, polling)
+        entry = self._connections.get(key)
         if entry is None:
             broker = self._view.broker(broker_id)
             if broker is None:
                 raise _Retriable(f"broker {broker_id} is not registered")
             conn = AsyncBrokerConnection(broker["host"], broker["port"], client_id=ADMIN_CLIENT_ID, timeout_s=10.0)
-            entry = self._connections[broker_id] = (conn, asyncio.Lock())
+            entry = self._connections[key] = (conn, asyncio.Lock())
         conn, lock = entry
         async with lock:  # one request at a time per connection
             return await conn.call(api_key, version, timeout_s=timeout_s, **fields)
@@ -309,7 +314,7 @@ class ClusterMetadataTopic:
     async def _fetch(self, leader: int, positions: dict[int, int], wait_ms: int
                      ) -> dict[int, tuple[list[tuple[int, bytes]], int]]:
         response = await self._request(
-            leader, FETCH, FETCH_VERSION, wait_ms / 1000 + CALL_TIMEOUT_S / 4, replica_id=-1,
+            leader, FETCH, FETCH_VERSION, wait_ms / 1000 + CALL_TIMEOUT_S / 4, polling=wait_ms > 0, replica_id=-1,
             max_wait=timedelta(milliseconds=wait_ms), min_bytes=1, max_bytes=FETCH_MAX_BYTES, isolation_level=0,
             session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
             topics=[{"topic": REMOTE_LOG_METADATA_TOPIC, "partitions": [

@@ -154,11 +154,10 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
         raise UnsupportedVersionError(f"Received request api key {info.api_key} with version {info.api_version} "
                                       f"which is not enabled ({served} served){client}")
     try:
-        header, pos = entity_reader(cls.__header_schema__)(frame, 0)  # returns (value, bytes consumed)
-        # kio sizes an array by its declared count before reading it, and a failed allocation aborts
-        # the process: counts the frame cannot hold are refused first (headers have no arrays).
-        length_check(cls)(frame, pos)
-        body, used = entity_reader(cls)(frame, pos)
+        read_header, check_lengths, read_body = _readers(cls)
+        header, pos = read_header(frame, 0)  # returns (value, bytes consumed)
+        check_lengths(frame, pos)
+        body, used = read_body(frame, pos)
         end = pos + used
     except Exception as e:  # kio raises assorted errors (struct, unicode, value) on garbage
         raise MalformedRequestError(
@@ -175,6 +174,17 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]] | None = 
                   len(frame) - end)
     return Request(RequestHeaderInfo(info.api_key, info.api_version, info.correlation_id, header.client_id),
                    body, len(frame))
+
+
+@cache
+def _readers(cls: type) -> tuple[Any, Any, Any]:
+    """kio's header and body readers of a request class, and between them the length check.
+
+    kio sizes an array by its declared count before reading it, and a failed allocation aborts the
+    process: counts the frame cannot hold are refused first (headers have no arrays). See
+    :mod:`strata.protocol.lengths`.
+    """
+    return entity_reader(cls.__header_schema__), length_check(cls), entity_reader(cls)  # type: ignore[attr-defined]
 
 
 @cache

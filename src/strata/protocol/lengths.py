@@ -61,15 +61,27 @@ class LengthPrefixError(ValueError):
 
 
 def _uvarint(b: Any, p: int) -> tuple[int, int]:
-    """(value, offset after it): at most 5 bytes, as kio reads them (so up to 2**35-1)."""
-    v = 0
-    for shift in (0, 7, 14, 21, 28):
-        x = b[p]
-        p += 1
-        v |= (x & 0x7F) << shift
-        if x < 0x80:
-            return v, p
-    raise LengthPrefixError(f"unsigned varint ending at byte {p} is longer than 5 bytes")
+    """(value, offset after it): at most 5 bytes, as kio reads them (so up to 2**35-1). Unrolled."""
+    x = b[p]
+    if x < 0x80:
+        return x, p + 1
+    v = x & 0x7F
+    x = b[p + 1]
+    if x < 0x80:
+        return v | x << 7, p + 2
+    v |= (x & 0x7F) << 7
+    x = b[p + 2]
+    if x < 0x80:
+        return v | x << 14, p + 3
+    v |= (x & 0x7F) << 14
+    x = b[p + 3]
+    if x < 0x80:
+        return v | x << 21, p + 4
+    v |= (x & 0x7F) << 21
+    x = b[p + 4]
+    if x < 0x80:
+        return v | x << 28, p + 5
+    raise LengthPrefixError(f"unsigned varint at byte {p} is longer than 5 bytes")
 
 
 def _too_long(count: int, p: int, n: int, where: str, min_size: int) -> LengthPrefixError:
@@ -157,6 +169,15 @@ def _fixed_size(shape: Shape) -> int | None:
     return None
 
 
+def _fixed_untagged_size(shape: Shape) -> int | None:
+    """The size of a flexible struct of fixed-size fields when it has no tagged fields, else None."""
+    match shape:
+        case ("entity", cls, False) if cls.__flexible__:
+            sizes = [_fixed_size(s) for _, s in _fields(cls)[0]]
+            return None if None in sizes else sum(sizes) + 1  # type: ignore[arg-type]
+    return None
+
+
 # -- code generation ------------------------------------------------------------------------------------
 
 
@@ -202,10 +223,14 @@ class _Gen:
                 self.emit(indent, f"l = i32(b, {self.at(k)})[0]")
                 self.emit(indent, f"p += {k + 4} + l if l > 0 else {k + 4}")
                 return 0
-            case ("compact",):
-                self.uvarint("l", indent, k)
-                self.emit(indent, "if l > 1:")
-                self.emit(indent + 1, "p += l - 1")
+            case ("compact",):  # length + 1, 0 for null: one byte covers 0-126 bytes
+                self.emit(indent, f"l = b[{self.at(k)}]")
+                self.emit(indent, "if l < 128:")
+                self.emit(indent + 1, f"p += {k} + (l or 1)" if k else "p += l or 1")
+                self.emit(indent, "else:")
+                self.emit(indent + 1, f"l, p = uvarint(b, {self.at(k)})")
+                self.emit(indent + 1, "if l > 1:")
+                self.emit(indent + 2, "p += l - 1")
                 return 0
             case ("entity", cls, True):  # an int8 marker, -1 for null
                 self.emit(indent, f"if b[{self.at(k)}] == 255:")
@@ -242,8 +267,17 @@ class _Gen:
         self.emit(indent, f"if {product} > n - p:")
         self.emit(indent + 1, f"raise too_long(c, p, n, {where!r}, {least})")
         fixed = _fixed_size(item)
+        untagged = _fixed_untagged_size(item)
         if fixed is not None:
             self.emit(indent, f"p += {product}")
+        elif untagged is not None:
+            # Fixed-size fields and tagged fields, as Fetch's partitions: when no element has tagged
+            # fields (the byte at the end of each is 0), the array is c * size bytes; else walk it.
+            self.emit(indent, f"if any(b[p + {untagged - 1} : p + c * {untagged} : {untagged}]):")
+            self.emit(indent + 1, "for _ in range(c):")
+            self.flush(indent + 2, self.shape(item, indent + 2, 0, where, depth))
+            self.emit(indent, "else:")
+            self.emit(indent + 1, f"p += c * {untagged}")
         else:
             self.emit(indent, "for _ in range(c):")
             self.flush(indent + 1, self.shape(item, indent + 1, 0, where, depth))

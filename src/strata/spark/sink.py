@@ -1,10 +1,16 @@
 """The sink of ``format("strata")``: DataFrame rows to Kafka records, as Spark's Kafka sink does.
 
     (df.selectExpr("CAST(id AS STRING) AS key", "payload AS value")
-       .write.format("strata")
+       .write.format("strata").mode("append")
        .option("kafka.bootstrap.servers", "localhost:9092")
        .option("topic", "events")
        .save())
+
+Save mode: ``append``. Spark's Kafka sink accepts its default, ``ErrorIfExists``, and appends;
+Spark refuses ``ErrorIfExists`` and ``Ignore`` for every Python data source before the source is
+asked (``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``), so ``.mode("append")`` is required here.
+``Overwrite``, which Spark's message offers too, is refused with :class:`StrataSaveModeError` (as
+Spark's Kafka sink refuses it): records cannot replace what a topic holds.
 
 Columns (Spark's names, types and errors; other columns are ignored):
 
@@ -40,8 +46,8 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, Stri
 from strata.spark.options import SinkOptions, StrataOptionError, parse_sink_options
 
 __all__ = [
-    "SinkColumns", "StrataBatchWriter", "StrataSinkSchemaError", "StrataStreamWriter", "StrataWriteError",
-    "StrataWriterCommitMessage", "producer_config", "sink_columns",
+    "SinkColumns", "StrataBatchWriter", "StrataSaveModeError", "StrataSinkSchemaError", "StrataStreamWriter",
+    "StrataWriteError", "StrataWriterCommitMessage", "producer_config", "sink_columns",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,15 @@ _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner decides
 
 class StrataSinkSchemaError(ValueError):
     """The DataFrame cannot be written to Kafka: a column is missing or has the wrong type."""
+
+
+class StrataSaveModeError(ValueError):
+    """A batch write in a save mode other than ``append``: the message says what to write instead."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(f'Save mode {mode} not allowed for format("strata"): records are appended to Kafka topics, '
+                         'which cannot be overwritten. Use .mode("append") (Spark\'s Kafka sink appends in its default '
+                         'mode ErrorIfExists, which Spark refuses for Python data sources such as this one).')
 
 
 class StrataWriteError(RuntimeError):

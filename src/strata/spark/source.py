@@ -52,8 +52,10 @@ class StrataDataSource(DataSource):
         return StrataStreamReader(dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from strata.spark.sink import StrataBatchWriter
+        from strata.spark.sink import StrataBatchWriter, StrataSaveModeError
 
+        if overwrite:  # Spark's Kafka sink refuses it too: a topic is appended to, never replaced
+            raise StrataSaveModeError("Overwrite")
         return StrataBatchWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
