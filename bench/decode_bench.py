@@ -14,6 +14,7 @@ so a busy machine inflates the figures less than wall time would).
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import statistics
 import sys
@@ -33,7 +34,6 @@ from strata.protocol.build import make, zero_values  # noqa: E402
 from strata.protocol.frame import _readers, decode_request  # noqa: E402
 from strata.protocol.lengths import length_check  # noqa: E402
 from strata.protocol.records import BatchBuilder  # noqa: E402
-
 
 CPU = time.thread_time  # CPU time of this thread: steadier than wall time on a shared machine
 
@@ -85,13 +85,15 @@ def main() -> None:
         check = length_check(cls)
         assert check(data, pos) == len(data)
         runs: dict[str, list[float]] = {"with": [], "before": [], "check": []}
+        decode = functools.partial(decode_request, data)
+        check_alone = functools.partial(check, data, pos)
         for _ in range(args.reps):
             frame_module._readers = _readers
-            runs["with"].append(timeit.timeit(lambda: decode_request(data), number=args.number, timer=CPU))
+            runs["with"].append(timeit.timeit(decode, number=args.number, timer=CPU))
             frame_module._readers = _readers_before
-            runs["before"].append(timeit.timeit(lambda: decode_request(data), number=args.number, timer=CPU))
+            runs["before"].append(timeit.timeit(decode, number=args.number, timer=CPU))
             frame_module._readers = _readers
-            runs["check"].append(timeit.timeit(lambda: check(data, pos), number=args.number, timer=CPU))
+            runs["check"].append(timeit.timeit(check_alone, number=args.number, timer=CPU))
         us = {k: [t / args.number * 1e6 for t in v] for k, v in runs.items()}
         print(f"{name} ({len(data)} B):")
         for label, key in (("decode_request", "with"), ("  before the check", "before"),

@@ -113,6 +113,25 @@ def test_other_apis_at_unknown_versions_close_the_connection(fbroker: BrokerProc
 # -- connection lifetime -----------------------------------------------------------------------
 
 
+def test_array_counts_the_frame_cannot_hold_close_the_connection_not_the_broker(fbroker: BrokerProcess) -> None:
+    """A count of ~2^32 elements in a 25-byte frame: kio's native reader would reserve 32 GiB for it and
+    abort the process (found by the fuzz run under memory pressure); the broker refuses the frame instead."""
+    from tests.unit.protocol.test_frame_lengths import SAMPLES, sample_frame
+
+    for sample in SAMPLES:
+        with WireClient(fbroker.bootstrap) as wire:
+            frame = sample_frame(*sample)
+            wire.send_raw(struct.pack(">i", len(frame)) + frame)
+            wire.sock.settimeout(5)
+            assert wire.sock.recv(1) == b"", sample  # closed without an answer
+    assert fbroker.proc is not None and fbroker.proc.poll() is None, "the broker died"
+    assert "declares" in fbroker.tail() and "elements of at least" in fbroker.tail()
+    with WireClient(fbroker.bootstrap) as wire:
+        meta = wire.call(3, 12, topics=None, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+        assert [b.node_id for b in meta.brokers] == [1]
+
+
 def test_idle_connections_are_closed_and_busy_ones_kept(tmp_path_factory: pytest.TempPathFactory) -> None:
     """``connections.max.idle.ms`` counts from the last request; a long poll in progress is not idle."""
     b = BrokerProcess(tmp_path_factory.mktemp("idle"), {"connections.max.idle.ms": "400"}).start()

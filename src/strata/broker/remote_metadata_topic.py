@@ -271,7 +271,7 @@ class ClusterMetadataTopic:
                 except _Retriable:
                     continue
             out: dict[int, list[tuple[int, bytes]]] = {}
-            local = by_leader.pop(self._node_id, [])
+            local = [p for p in by_leader.pop(self._node_id, []) if self._local_leader_log(p) is not None]
             for p in local:
                 out[p] = (await self._read_once(p, positions[p], 0))[0]
             if by_leader:
@@ -308,6 +308,8 @@ class ClusterMetadataTopic:
                    if r.value is not None]
             return got, high_watermark, high_watermark if got or offset < plog.log_start_offset else offset
         leader = self._leader(partition)
+        if leader == self._node_id:  # named leader, not taken up yet (a restart): ask again, not ourselves
+            raise _Retriable(f"partition {partition}: this broker has not taken up its leadership yet")
         records, high_watermark = (await self._fetch(leader, {partition: offset}, wait_ms))[partition]
         return records, high_watermark, records[-1][0] + 1 if records else offset
 
@@ -340,6 +342,8 @@ class ClusterMetadataTopic:
         if plog is not None:
             return plog.high_watermark if spec == -1 else plog.log_start_offset
         leader = self._leader(partition)
+        if leader == self._node_id:
+            raise _Retriable(f"partition {partition}: this broker has not taken up its leadership yet")
         response = await self._request(leader, LIST_OFFSETS, LIST_OFFSETS_VERSION, CALL_TIMEOUT_S / 4, replica_id=-1,
                                        isolation_level=0, topics=[{"name": REMOTE_LOG_METADATA_TOPIC, "partitions": [
                                            {"partition_index": partition, "current_leader_epoch": -1,

@@ -17,6 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from strata.protocol.build import make, zero_values
+from strata.protocol.lengths import length_check
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -72,6 +73,9 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
     """(correlation id, response body) from a frame without its size prefix."""
     cls = load_response_schema(api_key, version)
     header, used = entity_reader(cls.__header_schema__)(frame, 0)
+    # A peer's response is checked like a client's request: an array count the frame cannot hold would make
+    # kio's native reader reserve memory for it and abort the whole process (strata.protocol.lengths).
+    length_check(cls)(frame, used)
     body, n = entity_reader(cls)(frame, used)
     if used + n != len(frame):
         raise ValueError(f"{len(frame) - used - n} trailing bytes after {cls.__name__} v{version}")

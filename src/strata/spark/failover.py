@@ -51,6 +51,14 @@ def is_failover(error: BaseException) -> bool:
     return isinstance(error, KafkaClientError) and error.code in FAILOVER_CODES
 
 
+class _RetriableAnswer(KafkaClientError):
+    """A Fetch answered with a partition error a new leader resolves; ``fetched`` is that answer."""
+
+    def __init__(self, fetched: FetchedPartition, message: str) -> None:
+        super().__init__(message, fetched.error_code)
+        self.fetched = fetched
+
+
 class FailoverCluster(KafkaCluster):
     """:class:`KafkaCluster` whose requests are retried on the current leader until ``timeout_s``."""
 
@@ -58,6 +66,7 @@ class FailoverCluster(KafkaCluster):
                  known_brokers: Iterable[str] = ()) -> None:
         super().__init__(bootstrap, timeout_s=timeout_s, client_id=client_id)
         self._add_bootstrap(known_brokers)
+        self._retrying = False
         self.retries = 0  # requests retried after a failover error (for logs and tests)
 
     def _add_bootstrap(self, addresses: Iterable[str]) -> None:
@@ -73,31 +82,38 @@ class FailoverCluster(KafkaCluster):
         """Ask the cluster who leads what again before the next request."""
         self.metadata_cache.topics.clear()
 
-    def _backoff(self, attempt: int, deadline: float) -> bool:
-        """Sleep before retry ``attempt``; False when the deadline leaves no time for it."""
-        delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(attempt, 10))
-        if time.monotonic() + delay > deadline:
-            return False
-        time.sleep(delay)
-        return True
-
     def retrying(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``, retried after failover errors (leaders re-resolved each time) until ``timeout_s``."""
-        deadline = time.monotonic() + self.timeout_s
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except (WireError, KafkaClientError) as e:
-                if not is_failover(e):
-                    raise
-                self.forget_leaders()
-                if not self._backoff(attempt, deadline):
-                    raise type(e)(f"{e} (still failing after retrying {what} for {self.timeout_s:g} s)",
-                                  *([e.code] if isinstance(e, KafkaClientError) else [])) from e
-                attempt += 1
-                self.retries += 1
-                log.info("%s failed (%s); retrying on the current leader", what, e)
+        """``call()``, retried after failover errors (leaders re-resolved each time) until ``timeout_s``;
+        then the last error is raised, its message saying for how long it was retried.
+
+        A request made inside another one's retries (the Metadata a ListOffsets needs to find the
+        leaders) is not retried on its own: the outer loop retries both, within one deadline.
+        """
+        if self._retrying:
+            return call()
+        self._retrying = True
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            attempt = 0
+            while True:
+                try:
+                    return call()
+                except (WireError, KafkaClientError) as e:
+                    if not is_failover(e):
+                        raise
+                    self.forget_leaders()
+                    delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(attempt, 10))
+                    if time.monotonic() + delay > deadline:
+                        if e.args:
+                            e.args = (f"{e.args[0]} (still failing after retrying {what} for {self.timeout_s:g} s)",
+                                      *e.args[1:])
+                        raise
+                    log.info("%s failed (%s); retrying on the current leader in %.1f s", what, e, delay)
+                    time.sleep(delay)
+                    attempt += 1
+                    self.retries += 1
+        finally:
+            self._retrying = False
 
     # -- the requests, each retried --
 
@@ -131,18 +147,15 @@ class FailoverCluster(KafkaCluster):
               isolation_level: int = 0, max_wait_ms: int = 500) -> FetchedPartition:
         """One Fetch from the partition's current leader. Partition errors that a leader change resolves
         are retried until ``timeout_s``; then (or for any other error) the answer is returned as it is."""
-        deadline = time.monotonic() + self.timeout_s
-        attempt = 0
-        while True:
-            fetched = self.retrying(f"Fetch {topic}-{partition}", lambda: KafkaCluster.fetch(
-                self, topic, partition, offset, max_bytes=max_bytes, isolation_level=isolation_level,
-                max_wait_ms=max_wait_ms))
-            if fetched.error_code not in FAILOVER_CODES:
-                return fetched
-            self.forget_leaders()
-            if not self._backoff(attempt, deadline):
-                return fetched
-            attempt += 1
-            self.retries += 1
-            log.info("Fetch %s-%d at %d: error %d; retrying on the current leader", topic, partition, offset,
-                     fetched.error_code)
+
+        def attempt() -> FetchedPartition:
+            fetched = KafkaCluster.fetch(self, topic, partition, offset, max_bytes=max_bytes,
+                                         isolation_level=isolation_level, max_wait_ms=max_wait_ms)
+            if fetched.error_code in FAILOVER_CODES:
+                raise _RetriableAnswer(fetched, f"Fetch {topic}-{partition} at {offset}: error {fetched.error_code}")
+            return fetched
+
+        try:
+            return self.retrying(f"Fetch {topic}-{partition}", attempt)
+        except _RetriableAnswer as e:
+            return e.fetched

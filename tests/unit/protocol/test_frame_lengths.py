@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -89,7 +88,7 @@ def top_level_array_prefixes(cls: type) -> list[tuple[str, bytes, bool]]:
         base = encode(cls, zero)
         one = encode(cls, {**zero, f.name: value_of(hints[f.name], True, kafka_type_of(f))})
         at = next(i for i, (x, y) in enumerate(zip(base, one, strict=False)) if x != y)
-        if not cls.__flexible__ and base[at - 3 : at] == b"\0\0\0" and at >= 3 and one[at - 3 : at + 1] == b"\0\0\0\1":
+        if not cls.__flexible__ and at >= 3 and one[at - 3 : at + 1] == b"\0\0\0\1" and base[at - 3 : at] == b"\0\0\0":
             at -= 3  # a legacy count 0 -> 1 differs in its last byte
         out.append((f.name, base[:at], cls.__flexible__))  # type: ignore[attr-defined]
     return out
@@ -204,7 +203,7 @@ SAMPLES = [(3, 1, "topics", LEGACY_HUGE), (3, 12, "topics", COMPACT_HUGE), (0, 3
 def sample_frame(key: int, version: int, field: str, count: bytes) -> bytes:
     cls = request_class(key, version)
     assert cls is not None
-    prefix = dict((name, p) for name, p, _ in top_level_array_prefixes(cls))[field]
+    prefix = {name: p for name, p, _ in top_level_array_prefixes(cls)}[field]
     return header(cls) + prefix + count
 
 
@@ -221,7 +220,6 @@ def test_kio_reader_aborts_the_process_on_these_frames() -> None:
         out, err = child.communicate(timeout=60)
         assert child.returncode == -6, (sample, child.returncode, out, err)  # SIGABRT
         assert b"memory allocation of" in err and b"failed" in err, (sample, err)
-    assert resource.getrlimit(resource.RLIMIT_AS)  # (the parent's limits are untouched)
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: f"{s[0]}v{s[1]}-{s[2]}")
@@ -338,3 +336,60 @@ def test_truncated_bodies_and_bad_tagged_fields_are_refused() -> None:
     assert decode_request(head + good).body.cluster_id == "s"
     unknown = top[:-1] + b"\x01\x09\x03abc"  # unknown tags are skipped by their size (kio refuses them anyway)
     assert length_check(cls)(head + unknown, len(head)) == len(head + unknown)
+
+
+@pytest.mark.parametrize(("count", "name"), [(b"\x02", b"\x02a"), (b"\x82\x00", b"\x82\x80\x00a"),
+                                             (b"\x82\x80\x80\x00", b"\x80\x00"), (b"\x02", b"\x80\x80\x80\x80\x00")])
+def test_overlong_varints_are_read_as_kio_reads_them(count: bytes, name: bytes) -> None:
+    """Clients write the shortest varint; kio (and the check) also take longer encodings of the same value."""
+    cls = request_class(3, 12)  # topics: [topic_id, name (nullable compact string), tags], two bools, tags
+    assert cls is not None
+    head = header(cls)
+    frame = head + count + bytes(16) + name + b"\x00" + b"\x01\x00" + b"\x00"
+    _, used = entity_reader(cls)(frame, len(head))
+    assert length_check(cls)(frame, len(head)) == len(frame) == len(head) + used
+    too_long = head + b"\x82\x80\x80\x80\x80\x00" + bytes(20)  # a sixth byte: kio refuses it too
+    with pytest.raises(MalformedRequestError, match="longer than 5 bytes"):
+        decode_request(too_long)
+
+
+@pytest.mark.parametrize("tagged", [(), (1,), (2,), (3,), (0, 4), (0, 1, 2, 3, 4)])
+def test_fetch_partitions_with_and_without_tagged_fields(tagged: tuple[int, ...]) -> None:
+    """Fetch v17's partitions are fixed-size but for a tagged field: stepped over at once when none has it."""
+    cls = request_class(1, 17)
+    assert cls is not None
+    # All zeros but the tagged field (absent: its default, None), so that no other byte can stand for it.
+    zeros = {"partition": 0, "current_leader_epoch": 0, "fetch_offset": 0, "last_fetched_epoch": 0,
+             "log_start_offset": 0, "partition_max_bytes": 0}
+    parts = [{**zeros, "replica_directory_id": uuid.UUID(int=i + 1)} if i in tagged else zeros for i in range(5)]
+    values = {**full_values(cls), "topics": [{**full_values(cls)["topics"][0], "partitions": parts}]}
+    head = header(cls)
+    frame = head + encode(cls, values)
+    assert length_check(cls)(frame, len(head)) == len(frame)
+    body = decode_request(frame).body
+    present = {i for i, p in enumerate(body.topics[0].partitions)
+               if p.replica_directory_id not in (None, uuid.UUID(int=0))}
+    assert present == set(tagged)
+
+
+@pytest.mark.parametrize(("key", "version", "element", "least", "after"), [
+    (1, 4, bytes(6), 6, b""),  # legacy topics: an empty name (int16 0) and no partitions (int32 0)
+    (1, 12, b"\x01\x01\x00", 3, b"\x01\x01\x00"),  # compact: empty name, no partitions, no tagged fields
+    (3, 1, bytes(2), 2, b""),  # Metadata v1: an array of topic names
+])
+def test_the_bound_is_the_smallest_element_times_the_count(key: int, version: int, element: bytes, least: int,
+                                                           after: bytes) -> None:
+    """As many elements as the bytes left can hold decode (here as empty ones); one more is refused."""
+    cls = request_class(key, version)
+    assert cls is not None
+    field, prefix, flexible = top_level_array_prefixes(cls)[0]
+    head = header(cls)
+
+    def frame(count: int) -> bytes:  # ``after``: the fields that follow the array, empty
+        encoded = bytes([count + 1]) if flexible else struct.pack(">i", count)
+        return head + prefix + encoded + element * 20 + after
+
+    assert len(getattr(decode_request(frame(20)).body, field)) == 20
+    room = 20 * len(element) + len(after)
+    with pytest.raises(MalformedRequestError, match=rf"{field}\[\] declares {room // least + 1} elements"):
+        decode_request(frame(room // least + 1))
