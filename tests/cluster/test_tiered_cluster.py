@@ -10,10 +10,12 @@ serves every offset from the remote tier.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import NewTopic
 from tests.broker.kafka_wire import WireClient
 from tests.cluster.harness import running_cluster, wait_until
@@ -303,4 +305,45 @@ def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_pa
         cluster.brokers[leader].kill()
         wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica leading")
         got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, 1500)
+        assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
+
+
+def test_leaders_dying_between_upload_and_metadata_leave_one_copy(zk_connect: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every broker is armed to die (``kill -9`` at a crash point) right after its 3rd upload's objects are in
+    the store and before its COPY_SEGMENT_FINISHED is written, so leaders in turn die at the worst moment
+    of an upload: the next leader deletes the half-done upload (its objects too) and uploads the range again;
+    the store ends with exactly the finished segments, each range once, and every record is read once."""
+    store = tmp_path / "store"
+    monkeypatch.setenv("STRATA_CRASH_POINT", "copy.after_upload:3")
+    with running_cluster(zk_connect, tmp_path, 3, tiered_props(store)) as cluster:
+        monkeypatch.delenv("STRATA_CRASH_POINT")  # restarted brokers are not armed
+        cluster.admin().create_topics([NewTopic(TOPIC, 1, 3, config=tiered_topic_config())])[TOPIC].result(30)
+        cluster.wait_full_isr(TOPIC)
+        producing = threading.Thread(target=produce, args=(cluster.bootstrap, TOPIC, 0, 1500))
+        producing.start()  # brokers die while it produces: restarted below meanwhile
+        died: set[int] = set()
+
+        def restart_the_dead() -> bool:
+            for broker_id, b in cluster.brokers.items():
+                if b.proc is not None and b.proc.poll() is not None:
+                    assert "strata crash point copy.after_upload reached" in b.tail(100_000)
+                    died.add(broker_id)
+                    b.proc = None
+                    b.start()
+            return len(died) >= 2
+
+        # The first leader dies at its 3rd upload; its successor is one of the two armed brokers (the first is
+        # restarting, out of the ISR), which dies at its own 3rd: at least two deaths, a third if it leads too.
+        wait_until(restart_the_dead, 120, "two leaders dying in the middle of an upload", interval_s=0.2)
+        producing.join(120)
+        assert not producing.is_alive()
+        wait_until(lambda: restart_the_dead() and max(store_segments(store, TOPIC), default=0) >=
+                   1400 - 3 * SEGMENT_BYTES // 1000, 90, "the rolled segments uploaded")
+        cluster.wait_full_isr(TOPIC, 60)
+        wait_until(lambda: restart_the_dead() and _settled(cluster.bootstrap, store), 60,
+                   "the store and the metadata agreeing")
+        spans = _check_store_matches_metadata(cluster.bootstrap, store)
+        assert spans[0][0] == 0
+        got = consume_all(cluster.bootstrap, TOPIC, 1500)
         assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
