@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import NewTopic
 from tests.broker.kafka_wire import WireClient
-from tests.cluster.harness import running_cluster, wait_until
+from tests.cluster.harness import Cluster, running_cluster, wait_until
 from tests.cluster.tiered_harness import (
     LOCAL_RETENTION_BYTES,
     SEGMENT_BYTES,
@@ -37,6 +37,53 @@ from strata.tiered.storage.local import read_events
 
 TOPIC = "tiered"
 RECORDS = 3000  # ~3 MB: about 45 segments of 64 KiB, local retention 2 segments
+
+
+BOUND = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES  # local retention, the segment being uploaded, the active one
+
+
+def _replicated_topic_with_data(cluster: Cluster, records: int, replicas: int = 2) -> tuple[int, int]:
+    """A tiered topic with ``replicas`` replicas and ``records`` acknowledged records: (leader, a follower)."""
+    cluster.admin().create_topics([NewTopic(TOPIC, 1, replicas, config=tiered_topic_config())])[TOPIC].result(30)
+    cluster.wait_full_isr(TOPIC)
+    produce(cluster.bootstrap, TOPIC, 0, records)
+    leader = cluster.leader_of(TOPIC, 0)
+    return leader, next(b for b in cluster.metadata(TOPIC).partitions[0].replicas if b != leader)
+
+
+def _wait_local_tail(cluster: Cluster, brokers: tuple[int, ...], timeout_s: float = 60) -> None:
+    for broker in brokers:
+        wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= BOUND, timeout_s,
+                   f"broker {broker}'s local log shrinking to its local retention")
+
+
+def _replica_end(cluster: Cluster, broker: int) -> int:
+    """The broker's own log end offset of the partition (ListOffsets -1 as the debugging consumer, which any
+    replica answers from its own log; -1 while it has no replica)."""
+    with WireClient(cluster.brokers[broker].bootstrap) as w:
+        r = w.call(2, 9, replica_id=-2, isolation_level=0, topics=[{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+    p = r.topics[0].partitions[0]
+    return int(p.offset) if p.error_code == 0 else -1
+
+
+def _restart_wiped(cluster: Cluster, broker: int, records: int) -> None:
+    """Start a broker whose disk was wiped and wait until its replica has caught up and is in the ISR (the
+    ISR may still list it from before it died: ``replica.lag.time.max.ms`` had no time to pass)."""
+    cluster.brokers[broker].start()
+    wait_until(lambda: _replica_end(cluster, broker) == records, 60, f"broker {broker}'s replica caught up")
+    cluster.wait_full_isr(TOPIC, 60)
+
+
+def _lead_and_read_all(cluster: Cluster, new_leader: int, old_leader: int, records: int) -> None:
+    """Kill ``old_leader``; ``new_leader`` takes over and serves every offset, the remote ones included.
+    First every ``__remote_log_metadata`` partition must have its other replica in sync (with two brokers,
+    killing one otherwise leaves a metadata partition without a leader, and tiering without metadata)."""
+    cluster.wait_full_isr("__remote_log_metadata", 60)
+    cluster.brokers[old_leader].kill()
+    wait_until(lambda: cluster.leader_of(TOPIC, 0) == new_leader, 30, f"broker {new_leader} leading")
+    got = consume_all(cluster.brokers[new_leader].bootstrap, TOPIC, records)
+    assert len(got) == records and all(v == value(i) for i, v in enumerate(got))
 
 
 def _uploaded_up_to(store: Path, minimum_segments: int) -> bool:
@@ -69,18 +116,11 @@ def test_followers_keep_the_local_tail_and_a_wiped_replica_rebuilds_from_remote(
                                                                                   tmp_path: Path) -> None:
     store = tmp_path / "store"
     with running_cluster(zk_connect, tmp_path, 2, tiered_props(store), verbose=True) as cluster:
-        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
-        cluster.wait_full_isr(TOPIC)
-        produce(cluster.bootstrap, TOPIC, 0, RECORDS)
-        leader = cluster.leader_of(TOPIC, 0)
-        follower = 3 - leader
+        leader, follower = _replicated_topic_with_data(cluster, RECORDS)
 
         # Only the leader uploads, each segment once; both replicas shrink to the local retention.
         wait_until(lambda: _uploaded_up_to(store, 40), 90, "the leader uploading the rolled segments")
-        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES  # retention, the segment being uploaded, the active one
-        for broker in (leader, follower):
-            wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= bound, 60,
-                       f"broker {broker}'s local log shrinking to its local retention")
+        _wait_local_tail(cluster, (leader, follower))
         _check_store_matches_metadata(cluster.bootstrap, store)
         total = RECORDS * 1000
         remote_bytes = sum(s.size for s in remote_segments(cluster.bootstrap).values()
@@ -92,18 +132,14 @@ def test_followers_keep_the_local_tail_and_a_wiped_replica_rebuilds_from_remote(
         cluster.brokers[follower].kill()
         leader_local_start = min(local_segments(cluster, leader, TOPIC))
         shutil.rmtree(cluster.brokers[follower].data_dir / "logs")
-        cluster.brokers[follower].start()
-        cluster.wait_full_isr(TOPIC, 60)
+        _restart_wiped(cluster, follower, RECORDS)
         rebuilt = local_segments(cluster, follower, TOPIC)
         assert rebuilt and min(rebuilt) >= leader_local_start, (sorted(rebuilt), leader_local_start)
-        assert sum(rebuilt.values()) <= bound
+        assert sum(rebuilt.values()) <= BOUND
         assert "from the remote segment ending at" in cluster.brokers[follower].tail(200_000)
 
         # Made leader (the other broker dies), the rebuilt replica serves every offset, remote ones included.
-        cluster.brokers[leader].kill()
-        wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica becoming leader")
-        got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, RECORDS)
-        assert len(got) == RECORDS and all(v == value(i) for i, v in enumerate(got))
+        _lead_and_read_all(cluster, follower, leader, RECORDS)
         # It goes on tiering as leader: more records roll, and it uploads them after the old leader's.
         produce(cluster.brokers[follower].bootstrap, TOPIC, RECORDS, 600)
         wait_until(lambda: max(store_segments(store, TOPIC)) > leader_local_start + 500, 60,
@@ -172,10 +208,7 @@ def test_followers_keep_what_is_not_uploaded_while_the_store_is_down(zk_connect:
             assert min(kept) == 0 and sum(kept.values()) >= 1400 * 1000, (broker, sorted(kept))
         assert not store_segments(store, TOPIC)
         fault.unlink()
-        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES
-        for broker in (leader, follower):
-            wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= bound, 60,
-                       f"broker {broker} shrinking once the store is back")
+        _wait_local_tail(cluster, (leader, follower))  # both shrink once the store is back
         _check_store_matches_metadata(cluster.bootstrap, store)
         got = consume_all(cluster.bootstrap, TOPIC, 1500)
         assert len(got) == 1500
@@ -247,27 +280,18 @@ def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_conne
     store = tmp_path / "store"
     props = {**tiered_props(store), "follower.fetch.last.tiered.offset.enable": "true"}
     with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
-        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
-        cluster.wait_full_isr(TOPIC)
-        produce(cluster.bootstrap, TOPIC, 0, 1500)
-        leader = cluster.leader_of(TOPIC, 0)
-        follower = 3 - leader
-        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES
-        wait_until(lambda: sum(local_segments(cluster, leader, TOPIC).values()) <= bound, 60, "local retention")
+        leader, follower = _replicated_topic_with_data(cluster, 1500)
+        _wait_local_tail(cluster, (leader,))
         last_tiered = max(s.end for s in remote_segments(cluster.bootstrap).values()
                           if s.topic == TOPIC and s.state == 1)
         cluster.brokers[follower].kill()
         leader_local = sorted(local_segments(cluster, leader, TOPIC))
         assert leader_local[0] <= last_tiered  # the leader keeps tiered segments locally (its local retention)
         shutil.rmtree(cluster.brokers[follower].data_dir / "logs")
-        cluster.brokers[follower].start()
-        cluster.wait_full_isr(TOPIC, 60)
+        _restart_wiped(cluster, follower, 1500)
         rebuilt = sorted(local_segments(cluster, follower, TOPIC))
         assert rebuilt[0] >= last_tiered + 1 > leader_local[0], (rebuilt, last_tiered, leader_local)
-        cluster.brokers[leader].kill()
-        wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica leading")
-        got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, 1500)
-        assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
+        _lead_and_read_all(cluster, follower, leader, 1500)
 
 
 def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_path: Path,
@@ -284,28 +308,17 @@ def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_pa
         return [k for k in seaweedfs.list_keys(prefix) if k.endswith(".log") and f"/{TOPIC}-" in f"/{k[len(prefix):]}"]
 
     with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
-        cluster.admin().create_topics([NewTopic(TOPIC, 1, 2, config=tiered_topic_config())])[TOPIC].result(30)
-        cluster.wait_full_isr(TOPIC)
-        produce(cluster.bootstrap, TOPIC, 0, 1500)
-        leader = cluster.leader_of(TOPIC, 0)
-        follower = 3 - leader
-        bound = LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES
-        for broker in (leader, follower):
-            wait_until(lambda b=broker: sum(local_segments(cluster, b, TOPIC).values()) <= bound, 90,
-                       f"broker {broker} keeping the local tail only")
+        leader, follower = _replicated_topic_with_data(cluster, 1500)
+        _wait_local_tail(cluster, (leader, follower), 90)
         finished = [s for s in remote_segments(cluster.bootstrap).values() if s.topic == TOPIC and s.state == 1]
         assert len(bucket_segments()) == len(finished) >= 15
         cluster.brokers[follower].kill()
         leader_local_start = min(local_segments(cluster, leader, TOPIC))
         shutil.rmtree(cluster.brokers[follower].data_dir / "logs")
-        cluster.brokers[follower].start()
-        cluster.wait_full_isr(TOPIC, 60)
+        _restart_wiped(cluster, follower, 1500)
         rebuilt = local_segments(cluster, follower, TOPIC)
         assert rebuilt and min(rebuilt) >= leader_local_start
-        cluster.brokers[leader].kill()
-        wait_until(lambda: cluster.leader_of(TOPIC, 0) == follower, 30, "the rebuilt replica leading")
-        got = consume_all(cluster.brokers[follower].bootstrap, TOPIC, 1500)
-        assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
+        _lead_and_read_all(cluster, follower, leader, 1500)
 
 
 def test_leaders_dying_between_upload_and_metadata_leave_one_copy(zk_connect: str, tmp_path: Path,
@@ -338,6 +351,10 @@ def test_leaders_dying_between_upload_and_metadata_leave_one_copy(zk_connect: st
         wait_until(restart_the_dead, 120, "two leaders dying in the middle of an upload", interval_s=0.2)
         producing.join(120)
         assert not producing.is_alive()
+        for broker_id, b in cluster.brokers.items():  # a broker still armed could die later: restart it unarmed
+            if broker_id not in died:
+                b.kill()
+                b.start()
         wait_until(lambda: restart_the_dead() and max(store_segments(store, TOPIC), default=0) >=
                    1400 - 3 * SEGMENT_BYTES // 1000, 90, "the rolled segments uploaded")
         cluster.wait_full_isr(TOPIC, 60)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import NewPartitions
+from tests.broker.kafka_wire import WireClient
 from tests.cluster.tiered_harness import TieredCluster
 from tests.tiered.harness import wait_until
 from tests.tiered.test_kafka_scenarios import consume_and_check, kv
@@ -166,3 +167,45 @@ def test_fetch_from_leader_with_a_corrupted_checkpoint(tc: TieredCluster) -> Non
     tc.cluster.wait_full_isr(A)
     tc.elect_preferred(A, 0)
     consume_and_check(tc, A, 0, 0, total=3, from_tier=2, fetches=2)
+
+
+def test_alter_log_dir(zk_connect: str, tmp_path: Path) -> None:
+    """AlterLogDirTest: each broker has two log dirs; the leader's replica moves to its other dir
+    (AlterReplicaLogDirs) and goes on tiering from there without uploading anything again; the follower's
+    moves too, and it serves every offset once it leads."""
+    c = TieredCluster(zk_connect, tmp_path, 2)
+    for b in c.cluster.brokers.values():
+        b.props["log.dirs"] = f"{b.data_dir / 'logs'},{b.data_dir / 'logs2'}"
+    c.start()
+    try:
+        c.create_topic(A, assignment={0: [1, 2]})
+        c.produce(A, 0, kv(0, 3))
+        c.wait_offloaded(A, 0, [0, 1])
+        c.wait_earliest_local(A, 0, 2)
+        for broker in (1, 2):
+            b = c.cluster.brokers[broker]
+            first = next(d for d in (b.data_dir / "logs", b.data_dir / "logs2") if (d / f"{A}-0").is_dir())
+            other = b.data_dir / ("logs2" if first.name == "logs" else "logs")
+            with WireClient(b.bootstrap) as w:
+                r = w.call(34, 2, dirs=[{"path": str(other), "topics": [{"name": A, "partitions": [0]}]}])
+            assert r.results[0].partitions[0].error_code == 0
+            wait_until(f"broker {broker}'s replica in {other}",
+                       lambda o=other, f=first: (o / f"{A}-0").is_dir() and not (f / f"{A}-0").exists())
+            with WireClient(b.bootstrap) as w:
+                dirs = w.call(35, 4, topics=None).results
+            held = {d.log_dir: [(t.name, p.partition_index, p.is_future_key) for t in d.topics for p in t.partitions]
+                    for d in dirs}
+            assert (A, 0, False) in held[str(other.resolve())] and (A, 0, False) not in held[str(first.resolve())]
+        c.produce(A, 0, kv(3, 5))  # the moved leader replica goes on tiering
+        c.wait_offloaded(A, 0, [0, 1, 2, 3])
+        assert sorted(e["start_offset"] for e in c.events("COPY_SEGMENT", A, 0)) == [0, 1, 2, 3]  # none again
+        consume_and_check(c, A, 0, 0, total=5, from_tier=4, fetches=4)
+        c.reassign(A, 0, [2, 1])
+        c.elect_preferred(A, 0)
+        consume_and_check(c, A, 0, 0, total=5, from_tier=4, fetches=4)
+    except BaseException:
+        for broker_id, b in c.cluster.brokers.items():
+            print(f"---- broker {broker_id} ({b.log_path}) ----\n{b.tail(6000)}")
+        raise
+    finally:
+        c.stop()

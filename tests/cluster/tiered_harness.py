@@ -148,8 +148,12 @@ class TieredCluster(TieredBroker):
                           lambda: max(self.cluster.leader_of(topic, partition), 0))
 
     def log_dir(self, topic: str, partition: int, broker: int | None = None) -> Path:
+        """The replica's directory on ``broker`` (default: the leader), in whichever of its log dirs
+        (``logs``, ``logs2``, ...) it is."""
         b = self.leader(topic, partition) if broker is None else broker
-        return self.cluster.brokers[b].data_dir / "logs" / f"{topic}-{partition}"
+        data_dir = self.cluster.brokers[b].data_dir
+        found = sorted(data_dir.glob(f"logs*/{topic}-{partition}"))
+        return found[0] if found else data_dir / "logs" / f"{topic}-{partition}"
 
     def earliest_local_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
         logs = sorted(p.name for p in self.log_dir(topic, partition, broker).glob("*.log"))

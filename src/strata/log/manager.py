@@ -30,6 +30,7 @@ from pathlib import Path
 from strata.common import Clock, Scheduler, TopicPartition
 from strata.config import LogConfig
 from strata.errors import KafkaStorageError
+from strata.log import dir_move
 from strata.log.checkpoints import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
@@ -93,6 +94,7 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._deferring = 0  # depth of deferred_checkpoint() blocks
+        self.moving: dict[TopicPartition, tuple[Path, Path]] = {}  # tp -> (target log dir, its -future dir)
         self._deleted_since_checkpoint: set[TopicPartition] = set()
 
     # -- startup and shutdown ------------------------------------------------------------------
@@ -100,6 +102,9 @@ class LogManager:
     def startup(self) -> None:
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
+        for path in dir_move.recover_moves(self.log_dirs):  # a crash during a move between log dirs
+            self._schedule_dir_removal(path, 0)
+        for log_dir in self.log_dirs:
             self._load_dir(log_dir)
         self.checkpoint()
 
@@ -255,6 +260,61 @@ class LogManager:
                     self.checkpoint()
                 except KafkaStorageError as e:  # the logs are gone; the periodic checkpoint retries
                     log.error("checkpoint after deleting logs failed: %s", e)
+
+    # -- moving a log to another log dir (AlterReplicaLogDirs) -----------------------------------
+
+    def log_dir_of(self, tp: TopicPartition) -> Path | None:
+        return self._dir_of.get(tp)
+
+    def begin_move(self, tp: TopicPartition, target_dir: Path) -> Path:
+        """Register a move of ``tp`` to ``target_dir`` (one of ``log_dirs``); returns its ``-future`` directory."""
+        if tp in self.moving:
+            raise KafkaStorageError(f"{tp} is already moving to {self.moving[tp][0]}")
+        future = dir_move.future_dir(target_dir, tp)
+        future.mkdir(parents=True)
+        self.moving[tp] = (target_dir, future)
+        return future
+
+    def abort_move(self, tp: TopicPartition) -> None:
+        entry = self.moving.pop(tp, None)
+        if entry is not None:
+            shutil.rmtree(entry[1], ignore_errors=True)
+
+    def complete_move(self, tp: TopicPartition) -> PartitionLog:
+        """The swap (on the event loop, no await: no append can come in between): close the log, copy what
+        changed, swap the directories and open the log from its new one with its in-memory offsets."""
+        target_dir, future = self.moving.pop(tp)
+        old = self._logs[tp]
+        carried = (old.log_start_offset, old.high_watermark, old.highest_offset_in_remote_storage,
+                   old.remote_log_enabled)
+        old.close()
+        try:
+            dir_move.copy_changed(old.dir, future)
+            final, moved = dir_move.swap_dirs(old.dir, future, target_dir, tp)
+        except OSError as e:
+            shutil.rmtree(future, ignore_errors=True)
+            self._logs[tp] = self._reopen(old.dir, tp, old)  # the source is intact
+            raise KafkaStorageError(f"moving {tp} to {target_dir} failed: {e}") from e
+        log_start, high_watermark, highest_remote, remote_enabled = carried
+        plog = load_partition_log(final, tp, self._config_for(tp.topic), self._clock, self._scheduler,
+                                  log_start_offset=log_start, recovery_point=old.log_end_offset,
+                                  high_watermark=high_watermark, had_clean_shutdown=True,
+                                  remote_log_enabled=remote_enabled)
+        plog.update_highest_offset_in_remote_storage(highest_remote)
+        self._logs[tp] = plog
+        self._dir_of[tp] = target_dir
+        self.checkpoint()
+        self._schedule_dir_removal(moved, old.config.file_delete_delay_ms)
+        log.info("moved %s to %s", tp, target_dir)
+        return plog
+
+    def _reopen(self, path: Path, tp: TopicPartition, old: PartitionLog) -> PartitionLog:
+        plog = load_partition_log(path, tp, self._config_for(tp.topic), self._clock, self._scheduler,
+                                  log_start_offset=old.log_start_offset, recovery_point=old.log_end_offset,
+                                  high_watermark=old.high_watermark, had_clean_shutdown=True,
+                                  remote_log_enabled=old.remote_log_enabled)
+        plog.update_highest_offset_in_remote_storage(old.highest_offset_in_remote_storage)
+        return plog
 
     def _schedule_dir_removal(self, path: Path, delay_ms: int) -> None:
         self._scheduler.schedule(f"delete-dir-{path.name}", lambda: shutil.rmtree(path, ignore_errors=True),

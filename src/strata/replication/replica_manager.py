@@ -23,16 +23,21 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from pathlib import Path
 from typing import Protocol
 
 from strata.common import Clock, TopicPartition
 from strata.config import LogConfig
-from strata.errors import ApiError, ErrorCode
+from strata.errors import ApiError, ErrorCode, KafkaError, KafkaStorageError
+from strata.log import dir_move
 from strata.log.manager import LogManager
 from strata.log.partition_log import PartitionLog
 from strata.log.producer_state import AppendOrigin
 from strata.log.validator import LogAppendInfo
 from strata.replication.partition import Partition, PartitionState, Transition
+
+MOVE_COPY_ROUNDS = 3  # copy rolled segments, roll the active one if it grew, again; then swap
+MOVE_SWAP_ACTIVE_BYTES = 4 * 1024 * 1024  # the swap (on the event loop) copies an active segment up to this size
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +328,47 @@ class ReplicaManager:
     def wake_all(self) -> None:
         for tp in list(self._waiters):
             self._wake(tp)
+
+    # -- moving a replica between log dirs (JBOD) --------------------------------------------------
+
+    def start_log_dir_move(self, tp: TopicPartition, target_dir: Path) -> None:
+        """AlterReplicaLogDirs: move ``tp``'s log to ``target_dir`` in the background (see
+        :mod:`strata.log.dir_move`); the partition keeps serving meanwhile, and its tiering continues from
+        the new directory without uploading again (the remote metadata and the highest uploaded offset carry over)."""
+        task = asyncio.get_running_loop().create_task(self._move_log_dir(tp, target_dir), name=f"move-{tp}")
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _move_log_dir(self, tp: TopicPartition, target_dir: Path) -> None:
+        logs = self.logs
+        try:
+            future = logs.begin_move(tp, target_dir)
+        except KafkaError as e:
+            log.warning("cannot move %s to %s: %s", tp, target_dir, e)
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            for _ in range(MOVE_COPY_ROUNDS):
+                plog = logs.get_log(tp)
+                if plog is None:
+                    raise KafkaStorageError(f"{tp} was deleted while moving")
+                active = plog.segments[-1]
+                await loop.run_in_executor(None, dir_move.copy_rolled, plog.dir, future,
+                                           f"{active.base_offset:020d}")
+                if logs.get_log(tp) is not plog:
+                    raise KafkaStorageError(f"{tp} was replaced while moving")
+                if plog.segments[-1].size <= MOVE_SWAP_ACTIVE_BYTES:
+                    break
+                plog.roll()  # so the swap, which blocks the partition, copies a small active segment
+            plog = logs.complete_move(tp)
+        except (OSError, KafkaError) as e:
+            logs.abort_move(tp)
+            log.error("moving %s to %s failed (it stays where it was): %s", tp, target_dir, e)
+            return
+        part = self.partitions.get(tp)
+        if part is not None:
+            part.log = plog
+        self._wake(tp)
 
     async def close(self) -> None:
         for task in list(self._isr_tasks):

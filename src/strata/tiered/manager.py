@@ -791,15 +791,11 @@ class RemoteLogManager:
                                  timestamp: int) -> asyncio.Future[TimestampAndOffset | None]:
         """ListOffsets by time over the remote-only part of the log (remote time indexes first)."""
         assert self.reader is not None, "RemoteLogManager not started"
-        epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
-        lineage = build_filtered_leader_epoch_map(epochs)
-        leo, start, local_start = plog.log_end_offset, plog.log_start_offset, plog.local_log_start_offset
-        reader = self.reader
+        reader, (epochs, start, local_start, in_lineage) = self.reader, _remote_view(plog)
 
         def run() -> TimestampAndOffset | None:
-            return reader.find_offset_by_timestamp(
-                tip, epochs, timestamp, start, local_log_start_offset=local_start,
-                segment_filter=lambda md: is_remote_segment_within_leader_epochs(md, leo, lineage))
+            return reader.find_offset_by_timestamp(tip, epochs, timestamp, start, local_log_start_offset=local_start,
+                                                   segment_filter=in_lineage)
 
         return self._submit_read(run)
 
@@ -809,15 +805,10 @@ class RemoteLogManager:
         the first record with the largest remote timestamp when it is at least ``local_max_timestamp``
         (ties go to the remote, earlier, offset), else None (``RemoteLogReader.find_max_timestamp``)."""
         assert self.reader is not None, "RemoteLogManager not started"
-        epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
-        lineage = build_filtered_leader_epoch_map(epochs)
-        leo, start, local_start = plog.log_end_offset, plog.log_start_offset, plog.local_log_start_offset
-        reader = self.reader
+        reader, (_epochs, start, local_start, in_lineage) = self.reader, _remote_view(plog)
 
         def run() -> TimestampAndOffset | None:
-            return reader.find_max_timestamp(
-                tip, start, local_start, local_max_timestamp,
-                segment_filter=lambda md: is_remote_segment_within_leader_epochs(md, leo, lineage))
+            return reader.find_max_timestamp(tip, start, local_start, local_max_timestamp, segment_filter=in_lineage)
 
         return self._submit_read(run)
 
@@ -848,6 +839,20 @@ def _plugin(key: str, name: str, aliases: dict[str, str], base: type[T], prefix:
     except (ValueError, TypeError, RemoteStorageError) as e:
         raise InvalidConfigError(f"{type(plugin).__name__} rejected its {prefix}* configuration: {e}") from None
     return plugin
+
+
+def _remote_view(plog: PartitionLog) -> tuple[list[tuple[int, int]], int, int,
+                                              Callable[[RemoteLogSegmentMetadata], bool]]:
+    """What a search of the remote-only range needs, read on the event loop (the log's owner): the epoch
+    entries, log start, local log start, and a filter keeping the segments of this log's lineage."""
+    epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
+    lineage = build_filtered_leader_epoch_map(epochs)
+    leo = plog.log_end_offset
+
+    def in_lineage(md: RemoteLogSegmentMetadata) -> bool:
+        return is_remote_segment_within_leader_epochs(md, leo, lineage)
+
+    return epochs, plog.log_start_offset, plog.local_log_start_offset, in_lineage
 
 
 def only_local_size(plog: PartitionLog, remote_end_offset: int = -1) -> int:

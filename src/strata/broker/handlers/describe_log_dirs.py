@@ -34,6 +34,20 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
             by_topic.setdefault(tp.topic, []).append({
                 "partition_index": tp.partition, "partition_size": plog.size_in_bytes,
                 "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0), "is_future_key": False})
+        for tp, (target, future) in sorted(broker.logs.moving.items()):
+            if target == log_dir and (wanted is None or tp in wanted):  # a move under way (AlterReplicaLogDirs)
+                copied = {int(f.stem): f.stat().st_size for f in future.glob("*.log")} if future.is_dir() else {}
+                size = sum(copied.values())
+                source = logs.get(tp)
+                # Kafka: a future log's lag is the current log's end minus its own end (here: where the
+                # first segment not copied yet starts)
+                lag = 0
+                if source is not None:
+                    end = next((s.base_offset for s in source.segments if s.base_offset not in copied),
+                               source.log_end_offset)
+                    lag = source.log_end_offset - end
+                by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "partition_size": size,
+                                                          "offset_lag": lag, "is_future_key": True})
         try:
             usage = shutil.disk_usage(log_dir)
             total, usable, code = usage.total, usage.free, ErrorCode.NONE
