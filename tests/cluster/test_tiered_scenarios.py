@@ -146,6 +146,13 @@ def test_enable_then_disable_remote_log_on_a_replicated_topic(tc: TieredCluster)
     tc.elect_preferred(A, 0)
     wait_until("the follower's log start too", lambda: tc.list_offsets(A, 0, -2)[0] == 2)
     assert tc.delete_count(A, 0) == 2
+    # enabled again: the new leader (whose metadata manager had stopped the partition) tiers it again
+    tc.alter_topic(A, {"remote.storage.enable": "true", "remote.log.copy.disable": "false",
+                       "local.retention.bytes": "1"})
+    tc.produce(A, 0, kv(3, 5))
+    tc.wait_offloaded(A, 0, [2, 3])
+    tc.wait_earliest_local(A, 0, 4)
+    consume_and_check(tc, A, 0, 2, total=3, from_tier=2, fetches=2)
 
 
 def test_fetch_from_leader_with_a_corrupted_checkpoint(tc: TieredCluster) -> None:

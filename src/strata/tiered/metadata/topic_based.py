@@ -44,6 +44,7 @@ snapshot is for.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import logging
@@ -738,8 +739,22 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                         self._pending_reload.add(tp)  # its records are skipped until then; reload in full
                 elif tp not in self._pending_reload:
                     self._store.maybe_load_partition(tp, initialized=loaded)
+        on_loop = _on_event_loop()
         for tp in reload:
+            if not on_loop:
+                self._reload_partition(tp)
+                continue
+            # Called from the broker's event loop: reload on a thread of its own, as Kafka's consumer task does
+            # (a cluster's metadata topic reads through that loop: reading from the loop itself would wait on
+            # it forever). The partition is not ready (is_ready) until it is reloaded.
+            threading.Thread(target=self._reload_quietly, args=(tp,), name=f"RLMMReload-{tp.topic}-{tp.partition}",
+                             daemon=True).start()
+
+    def _reload_quietly(self, tp: TopicIdPartition) -> None:
+        try:
             self._reload_partition(tp)
+        except Exception:  # noqa: BLE001 - stays not ready; assigning it again retries
+            log.exception("Reloading the remote log metadata of %s failed", tp)
 
     def on_stop_partitions(self, partitions: set[TopicIdPartition]) -> None:
         """Drop the partitions' caches and ignore their events until they are assigned again.
@@ -836,6 +851,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return None
         stats.snapshot_loaded = True
         return snapshot
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @contextmanager
