@@ -218,7 +218,7 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data_once(zk_connect: str, t
     """Kafka's DeleteTopic scenario (2 partitions, RF 2): each partition's remote data is deleted once, by its
     leader, also when the other replica is down while the topic is deleted."""
     store = tmp_path / "store"
-    with running_cluster(zk_connect, tmp_path, 3, tiered_props(store)) as cluster:
+    with running_cluster(zk_connect, tmp_path, 3, tiered_props(store), verbose=True) as cluster:
         cluster.admin().create_topics([NewTopic(TOPIC, 2, 2, config=tiered_topic_config())])[TOPIC].result(30)
         cluster.wait_full_isr(TOPIC)
         for p in (0, 1):
@@ -229,6 +229,7 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data_once(zk_connect: str, t
         leaders = {meta.partitions[p].leader for p in (0, 1)}
         down = next((r for r in meta.partitions[0].replicas if r not in leaders), None)
         if down is not None:
+            cluster.wait_full_isr("__remote_log_metadata", 60)  # its metadata partitions keep a leader
             cluster.brokers[down].kill()
         copied = {(e["partition"], e["segment_id"]) for e in read_events(store, "COPY_SEGMENT") if e["topic"] == TOPIC}
         # with a replica down the deletion completes only once it is back (it acknowledges then): no wait here

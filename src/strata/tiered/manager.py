@@ -362,8 +362,10 @@ class RemoteLogManager:
         Every partition of a deleted topic comes here, tiered or not: one the RLMM holds no metadata
         of (never tiered, or its data deleted when tiering was turned off) has nothing to delete, which
         is a quiet no-op. The metadata must be loaded first - before that the RLMM cannot tell "nothing"
-        from "not read yet". A partition whose deletion failed is not stopped: its metadata stays
-        known, so the orphan sweep of the next start deletes what is left.
+        from "not read yet". A partition whose deletion failed (the store or, in a cluster, its metadata
+        partition unavailable) is retried with the copy task's backoff until it succeeds or the broker
+        stops; it is not stopped meanwhile, so its metadata stays known and the orphan sweep of the next
+        start deletes what is left if the broker stops first.
         """
         try:
             if not await self._metadata_loaded():
@@ -372,21 +374,31 @@ class RemoteLogManager:
             log.error("cannot delete the remote data of %d partitions (%s-%d...): the remote log metadata did "
                       "not load: %s", len(tips), tips[0].topic, tips[0].partition, e)
             return
-        done = set()
-        for tip in tips:
-            try:
-                count = await self._run(self._expiration, self._delete_remote_partition, tip)
-            except Exception:
-                log.exception("deleting the remote data of %s-%d failed", tip.topic, tip.partition)
-                continue
-            done.add(tip)
-            if count is None:
-                log.debug("%s-%d has no remote log metadata: no remote data to delete", tip.topic, tip.partition)
-            else:
-                log.log(logging.INFO if count else logging.DEBUG, "deleted %d remote segments of %s-%d", count,
-                        tip.topic, tip.partition)
-        if done:
-            self.rlmm.on_stop_partitions(done)
+        pending, failures = list(tips), 0
+        while pending and not self._closed:
+            done, failed = set(), []
+            for tip in pending:
+                try:
+                    count = await self._run(self._expiration, self._delete_remote_partition, tip)
+                except Exception as e:
+                    failed.append(tip)
+                    log.log(logging.WARNING if failures % 10 == 0 else logging.DEBUG,
+                            "deleting the remote data of %s-%d failed (attempt %d, retried): %s: %s", tip.topic,
+                            tip.partition, failures + 1, type(e).__name__, e)
+                    continue
+                done.add(tip)
+                if count is None:
+                    log.debug("%s-%d has no remote log metadata: no remote data to delete", tip.topic,
+                              tip.partition)
+                else:
+                    log.log(logging.INFO if count else logging.DEBUG, "deleted %d remote segments of %s-%d", count,
+                            tip.topic, tip.partition)
+            if done:
+                self.rlmm.on_stop_partitions(done)
+            pending = failed
+            if pending:
+                failures += 1
+                await asyncio.sleep(self._backoff_ms(failures) / 1000)
 
     async def _metadata_loaded(self) -> bool:
         """Wait (off the loop) until the RLMM has loaded its metadata; False if the RLM closes first.

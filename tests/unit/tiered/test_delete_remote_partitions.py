@@ -37,8 +37,8 @@ S = RemoteLogSegmentState
 
 
 class FakeRSM(RemoteStorageManager):
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
+    def __init__(self, fail: bool | int = False) -> None:
+        self.fail = fail  # True: every delete fails; N: the first N deletes fail
         self.deleted: list[RemoteLogSegmentId] = []
 
     def copy_log_segment_data(self, metadata: Any, data: Any) -> bytes | None:
@@ -51,7 +51,9 @@ class FakeRSM(RemoteStorageManager):
         raise NotImplementedError
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
-        if self.fail:
+        if self.fail is True or (self.fail is not False and self.fail > 0):
+            if self.fail is not True:
+                self.fail -= 1
             raise RemoteStorageError("the store is down")
         self.deleted.append(metadata.remote_log_segment_id)
 
@@ -140,16 +142,39 @@ def test_untiered_partitions_are_a_quiet_no_op(tmp_path: Path, caplog: pytest.Lo
     assert rlmm.known_partitions() == set()
 
 
-def test_a_failed_deletion_logs_and_keeps_the_partition_known(tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_deletion_is_retried_until_the_store_is_back(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    rlmm = _rlmm(tmp_path, InMemoryMetadataTopic())
+    topic_id = uuid.uuid4()
+    tip = TopicIdPartition(topic_id, "tiered", 0)
+    uploaded = _uploaded(rlmm, tip, 1)
+    rsm = FakeRSM(fail=2)
+    _delete_topic(_rlm(tmp_path, rsm, rlmm), "tiered", topic_id, partitions=2)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "deleting the remote data of tiered-0 failed (attempt 1, retried)" in warnings[0]
+    assert "the store is down" in warnings[0]
+    assert rsm.deleted == uploaded
+    assert tip in rlmm._stopped and tip not in rlmm.known_partitions()
+
+
+def test_a_deletion_still_failing_at_shutdown_keeps_the_partition_known(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
     rlmm = _rlmm(tmp_path, InMemoryMetadataTopic())
     topic_id = uuid.uuid4()
     tip = TopicIdPartition(topic_id, "tiered", 0)
     _uploaded(rlmm, tip, 1)
-    _delete_topic(_rlm(tmp_path, FakeRSM(fail=True), rlmm), "tiered", topic_id, partitions=2)
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert [r.getMessage() for r in errors] == ["deleting the remote data of tiered-0 failed"]
-    assert errors[0].exc_info is not None and "the store is down" in str(errors[0].exc_info[1])
+    rlm = _rlm(tmp_path, FakeRSM(fail=True), rlmm)
+
+    async def run() -> None:
+        task = rlm.stop_partitions([TopicPartition("tiered", p) for p in range(2)], delete_remote=True,
+                                   topic_id=topic_id)
+        assert task is not None
+        while "attempt 1, retried" not in caplog.text:
+            await asyncio.sleep(0.01)
+        await rlm.close()  # cancels the retries
+        assert task.done()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
     assert tip in rlmm.known_partitions()  # the orphan sweep of the next start deletes it
     assert tip not in rlmm._stopped
     assert TopicIdPartition(topic_id, "tiered", 1) not in rlmm._stopped
