@@ -310,11 +310,30 @@ def _cmd_version(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     return 0
 
 
+# Options whose values may begin with "-": topic ids are base64url (about one in 64 starts with "-"), and
+# argparse takes such a separate word for an option. Kafka's tools accept `--topic-id -5zYj...`.
+_DASH_VALUE_OPTIONS = frozenset({"--topic-id"})
+
+
+def _join_dash_values(words: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        if words[i] in _DASH_VALUE_OPTIONS and i + 1 < len(words) and words[i + 1].startswith("-"):
+            out.append(f"{words[i]}={words[i + 1]}")
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
+        argv = _join_dash_values(list(sys.argv[1:] if argv is None else argv))
         args = parser.parse_args(argv)
-        words = list(sys.argv[1:] if argv is None else argv)
+        words = list(argv)
         # what followed the subcommand's name, which some of Kafka's messages quote
         args.raw_argv = words[words.index(args.command) + 1:] if args.command in words else words
         configure_logging(args.verbose)
