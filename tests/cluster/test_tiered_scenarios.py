@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,10 @@ from tests.tiered.test_kafka_scenarios import consume_and_check, kv
 A = "topicA"
 
 
-@pytest.fixture
-def tc(zk_connect: str, tmp_path: Path) -> Iterator[TieredCluster]:
-    c = TieredCluster(zk_connect, tmp_path, 2).start()
+@contextmanager
+def _running(c: TieredCluster) -> Iterator[TieredCluster]:
+    """Start ``c``; stop it at the end, showing the brokers' log tails if the test failed."""
+    c.start()
     try:
         yield c
     except BaseException:
@@ -34,6 +36,12 @@ def tc(zk_connect: str, tmp_path: Path) -> Iterator[TieredCluster]:
         raise
     finally:
         c.stop()
+
+
+@pytest.fixture
+def tc(zk_connect: str, tmp_path: Path) -> Iterator[TieredCluster]:
+    with _running(TieredCluster(zk_connect, tmp_path, 2)) as c:
+        yield c
 
 
 def test_reassign_replica_expand(tc: TieredCluster) -> None:
@@ -187,8 +195,7 @@ def test_alter_log_dir(zk_connect: str, tmp_path: Path) -> None:
     c = TieredCluster(zk_connect, tmp_path, 2)
     for b in c.cluster.brokers.values():
         b.props["log.dirs"] = f"{b.data_dir / 'logs'},{b.data_dir / 'logs2'}"
-    c.start()
-    try:
+    with _running(c):
         c.create_topic(A, assignment={0: [1, 2]})
         c.produce(A, 0, kv(0, 3))
         c.wait_offloaded(A, 0, [0, 1])
@@ -214,9 +221,3 @@ def test_alter_log_dir(zk_connect: str, tmp_path: Path) -> None:
         c.reassign(A, 0, [2, 1])
         c.elect_preferred(A, 0)
         consume_and_check(c, A, 0, 0, total=5, from_tier=4, fetches=4)
-    except BaseException:
-        for broker_id, b in c.cluster.brokers.items():
-            print(f"---- broker {broker_id} ({b.log_path}) ----\n{b.tail(6000)}")
-        raise
-    finally:
-        c.stop()

@@ -24,13 +24,13 @@ missing, the ``-moved`` directory is renamed back).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 import uuid
 from pathlib import Path
 
 from strata.common import TopicPartition
+from strata.log.checkpoints import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ def copy_changed(source: Path, future: Path) -> int:
         if stale.name not in names:
             stale.unlink()
     for path in future.iterdir():
-        _fsync(path)
-    _fsync(future)
+        fsync_path(path)
+    fsync_path(future)
     return copied
 
 
@@ -96,10 +96,10 @@ def swap_dirs(source: Path, future: Path, target_log_dir: Path, tp: TopicPartiti
     """Rename the source away (``-moved``), then the future copy into place; returns (new dir, moved dir)."""
     moved = source.with_name(f"{tp}.{uuid.uuid4().hex}{MOVED_DIR_SUFFIX}")
     source.rename(moved)
-    _fsync(source.parent)
+    fsync_path(source.parent)
     final = target_log_dir / str(tp)
     future.rename(final)
-    _fsync(target_log_dir)
+    fsync_path(target_log_dir)
     return final, moved
 
 
@@ -133,11 +133,3 @@ def recover_moves(log_dirs: list[Path]) -> list[Path]:
             log.info("removing %s (a log directory move that did not complete, or completed)", path)
             doomed.append(path)
     return doomed
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
