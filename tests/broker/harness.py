@@ -1,4 +1,4 @@
-"""A real broker process for tests: ``python -m strata serve`` on 127.0.0.1, an ephemeral port.
+"""A real broker process for tests: ``python -m strata serve`` on 127.0.0.1, a port outside the ephemeral range.
 
 Started with bounded waits (the ready line within ``READY_TIMEOUT_S``), stopped by its pid
 (SIGTERM, then SIGKILL after a bound), its stderr kept in ``broker.log`` beside its data so a
@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from strata.tools.zookeeper import free_port
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -43,7 +45,9 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         """Start (or restart on the same port, so clients can reconnect) and wait for the ready line."""
         assert self.proc is None, "already running"
-        port = self.port or 0
+        # A port below the ephemeral range, kept across restarts: a bind(0) port could be taken by an
+        # outgoing connection while the broker is down and the restart would fail with EADDRINUSE.
+        port = self.port = self.port or free_port()
         args = [sys.executable, "-m", "strata", "serve",
                 "--set", f"log.dirs={self.data_dir / 'logs'}",
                 "--set", f"listeners=PLAINTEXT://127.0.0.1:{port}"]

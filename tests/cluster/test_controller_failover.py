@@ -255,6 +255,76 @@ def test_a_bounced_broker_loses_its_leadership_and_its_place_in_the_isr(zk_conne
     asyncio.run(main())
 
 
+def test_a_new_controller_handles_a_bounce_it_never_saw(zk_connect: str) -> None:
+    """A broker that was the controller and a leader, killed and restarted at once: its successor is
+    elected only after the old session expired, by which time the restarted broker may have registered
+    again - the successor never sees it go. The state znodes still name it leader from before its new
+    registration, which it refuses to take up (its log may be shorter than what followers acknowledged).
+    The successor must handle the bounce at failover as the broker-change handler would: a failure, then
+    a startup. Where another in-sync replica is live it leads, and the bounced broker must catch up to
+    rejoin; where the bounced broker is the only live in-sync replica, it leads again under a state
+    written after its new registration (a new leader epoch), which it then takes up."""
+    config = BrokerConfig.from_props({"zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": "2000",
+                                      "auto.leader.rebalance.enable": "false"}).cluster
+
+    async def main() -> None:
+        zks = {i: AsyncZk(zk_connect, session_timeout_ms=2000, connection_timeout_ms=10_000)
+               for i in (1, 2, 3, 9)}
+        for zk in zks.values():
+            await zk.start()
+        controller = KafkaController(zks[9], 9, config)
+        try:
+            for path in PERSISTENT_PATHS:
+                await zks[9].ensure_path(path)
+            registrations = {i: BrokerRegistration(i, (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + i),))
+                             for i in (1, 2, 3)}
+            for i, reg in registrations.items():
+                await register_broker(zks[i], reg, wait_s=5)
+            # t-0: another in-sync replica (1) is live and was not bounced; t-1: the other one (4) is dead;
+            # t-2: both in-sync replicas bounced (2 and 3), the leader listed last: it is the one kept
+            await zks[9].create(TopicZNode.path("t"), TopicZNode.encode(uuid.uuid4(), {0: [2, 1], 1: [2, 4],
+                                                                                      2: [3, 2]}))
+            paths = {p: TopicPartitionStateZNode.path("t", p) for p in (0, 1, 2)}
+            for p, (leader, isr) in {0: (2, [2, 1]), 1: (2, [2, 4]), 2: (2, [3, 2])}.items():
+                await zks[9].create(paths[p], TopicPartitionStateZNode.encode(LeaderAndIsr.initial(leader, isr, 0)),
+                                    makepath=True)
+            # brokers 2 and 3 restart before any controller runs: new registrations, new broker epochs
+            for i in (2, 3):
+                await zks[i].multi([Op.delete(BrokerIdZNode.path(i)), Op.create(
+                    BrokerIdZNode.path(i), BrokerIdZNode.encode(registrations[i], timestamp_ms=1), ephemeral=True)])
+            epochs = {i: (await zks[i].get(BrokerIdZNode.path(i)))[1].czxid for i in (1, 2, 3)}
+
+            await controller.start()
+            await _until(lambda: controller.active, 10, "the controller")
+
+            async def settled() -> dict[int, tuple[LeaderAndIsr, int]]:
+                out = {}
+                for p, path in paths.items():
+                    raw, stat = await zks[9].get(path)
+                    out[p] = (TopicPartitionStateZNode.decode(raw, stat.version), stat.mzxid)
+                return out
+
+            async def until_settled() -> dict[int, tuple[LeaderAndIsr, int]]:
+                while True:
+                    states = await settled()
+                    if all(s.has_leader and mzxid > epochs[s.leader] for s, mzxid in states.values()):
+                        return states
+                    await asyncio.sleep(0.05)
+
+            async with asyncio.timeout(10):
+                states = await until_settled()
+            assert (states[0][0].leader, states[0][0].isr) == (1, (1,)), states[0]  # 2 must catch up again
+            assert (states[1][0].leader, states[1][0].isr) == (2, (2,)), states[1]  # the only choice
+            assert states[1][0].leader_epoch > 0
+            assert (states[2][0].leader, states[2][0].isr) == (2, (2,)), states[2]  # the old leader stays
+        finally:
+            await controller.stop()
+            for zk in zks.values():
+                await zk.close()
+
+    asyncio.run(main())
+
+
 def test_a_replica_taken_back_into_the_isr_by_its_leader_leaves_it_when_it_dies(zk_connect: str) -> None:
     """Leaders change ISRs themselves; the controller must still know, so that a replica that died, came
     back, was taken back into the ISR by its leader and died again is taken out again at once -- not only

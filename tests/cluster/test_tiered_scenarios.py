@@ -166,11 +166,10 @@ def test_enable_then_disable_remote_log_on_a_replicated_topic(tc: TieredCluster)
 def test_fetch_from_leader_with_a_corrupted_checkpoint(tc: TieredCluster) -> None:
     """FetchFromLeaderWithCorruptedCheckpointTest: the leader's checkpoint files are corrupted while it is
     down; it recovers, and every offset - the tiered ones included - is served after it leads again."""
-    # The leader is not the controller: a controller that bounces while leading can be left without its
-    # leaderships by its successor (found here under load; see the issue notes) - not what this test is about.
-    controller = tc.admin().list_topics(timeout=10).controller_id
-    leader = 3 - controller
-    tc.create_topic(A, assignment={0: [leader, controller]})
+    # The leader is the controller too: its successor may be elected only after it registered again, and
+    # must hand its leadership back under a new state (a bounce the successor never saw; found here).
+    leader = tc.admin().list_topics(timeout=10).controller_id
+    tc.create_topic(A, assignment={0: [leader, 3 - leader]})
     tc.produce(A, 0, kv(0, 3))
     tc.wait_offloaded(A, 0, [0, 1])
     tc.wait_earliest_local(A, 0, 2)

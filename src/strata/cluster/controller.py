@@ -110,6 +110,7 @@ class KafkaController:
         self.shutting_down: set[int] = set()
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, LeaderAndIsr] = {}
+        self._state_mzxids: dict[TopicPartition, int] = {}  # the zxid of each state's last write we read
         self._queue: asyncio.Queue[tuple[float, str, Any, asyncio.Future[Any] | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._watch_stops: list[Callable[[], None]] = []
@@ -270,8 +271,33 @@ class KafkaController:
             fn(True)
         if self.config.auto_leader_rebalance_enable:
             self._rebalance_task = asyncio.get_running_loop().create_task(self._rebalance_timer())
+        for tps, bounced in self._bounces_not_handled().items():
+            # The failure half of a bounce its predecessor never handled (the startup half is the pass below).
+            log.info("controller: brokers %s registered again since %d partition states were written: handled "
+                     "as restarted", sorted(bounced), len(tps))
+            await self._reconcile(tps, not_live=bounced)
         await self._reconcile(self.states.keys() | self._all_partitions())
         await self._on_deletions(None)
+
+    def _bounces_not_handled(self) -> dict[frozenset[TopicPartition], frozenset[int]]:
+        """In-sync replicas registered again after their partition's state was last written, grouped.
+
+        A controller that was also a leader, killed and restarted at once, is succeeded only once its old
+        session expired - by then it may have registered again, so its successor finds it live and never
+        sees the bounce. Its leaderships were written before its new registration, which it refuses to take
+        up (its log may be shorter than what followers acknowledged meanwhile: ``cluster_member._apply``);
+        the same holds for an in-sync follower that restarted unseen. Both zxids come from the one
+        ZooKeeper history, so "written before the registration" is a plain comparison.
+        """
+        by_bounced: dict[frozenset[int], set[TopicPartition]] = {}
+        for tp, state in self.states.items():
+            written = self._state_mzxids.get(tp)
+            if written is None:
+                continue
+            bounced = frozenset(r for r in state.isr if r in self.live and self.live[r] > written)
+            if bounced:
+                by_bounced.setdefault(bounced, set()).add(tp)
+        return {frozenset(tps): bounced for bounced, tps in by_bounced.items()}
 
     def _resign(self, why: str) -> None:
         if not self.active:
@@ -346,6 +372,7 @@ class KafkaController:
             stop()
         for tp in [tp for tp in self.states if tp.topic == name]:
             del self.states[tp]
+            self._state_mzxids.pop(tp, None)
 
     async def _read_state(self, tp: TopicPartition) -> LeaderAndIsr | None:
         got = await self.zk.get_or_none(TopicPartitionStateZNode.path(tp.topic, tp.partition))
@@ -353,6 +380,7 @@ class KafkaController:
             self.states.pop(tp, None)
             return None
         state = self.states[tp] = TopicPartitionStateZNode.decode(got[0], got[1].version)
+        self._state_mzxids[tp] = got[1].mzxid
         return state
 
     def _all_partitions(self) -> set[TopicPartition]:
@@ -433,8 +461,12 @@ class KafkaController:
             if state is None:
                 await self._initialize(tp, assignment, live)
                 continue
-            # replicas that are not live leave the ISR (the leader among them loses leadership)
-            for dead in [r for r in state.isr if r not in live and r not in self.shutting_down]:
+            # Replicas that are not live leave the ISR (the leader among them loses leadership). The dead
+            # first, the bounced ones (live, in ``not_live``) after them, the leader last: the member an
+            # offline partition keeps is the one that can lead again at the startup half of a bounce -
+            # Kafka's bounced leader whose other in-sync replicas are dead leads again, as the only choice.
+            gone = [r for r in state.isr if r not in live and r not in self.shutting_down]
+            for dead in sorted(gone, key=lambda r, s=state: (r in self.live, r == s.leader)):
                 await self._update(tp, lambda s, dead=dead: _remove_from_isr(s, dead))
             state = self.states.get(tp)
             if state is None:

@@ -11,6 +11,7 @@ before the server serves (replication reference 1.3). Stopped by process id.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,10 +34,39 @@ def zookeeper_available() -> bool:
     return ZOOKEEPER_JAR.exists() and shutil.which("java") is not None
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free 127.0.0.1 port to bind *later* (a broker or ZooKeeper told its port up front).
+
+    Chosen below the kernel's ephemeral range: a port taken from that range (``bind(0)``) can be handed
+    by the kernel to any outgoing connection - another broker's ZooKeeper session, a client - between
+    this call and the bind, and the server then fails with EADDRINUSE (a clean-clone run hit it). Ports
+    outside the range are only ever taken by an explicit bind. Never the same port twice per process.
+    """
+    low, _ = _ephemeral_range()
+    floor = 10_000 if low > 12_000 else 1024
+    for _ in range(2000):
+        port = random.randrange(floor, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free 127.0.0.1 port in {floor}..{low - 1}")
 
 
 def four_letter(port: int, cmd: str = "srvr", timeout_s: float = 0.5) -> str:
