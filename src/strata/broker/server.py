@@ -39,12 +39,14 @@ from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.topics import TopicInfo, TopicRegistry
+from strata.broker.transactions import TransactionService
 from strata.cluster.node import ClusterNode
 from strata.cluster.zk import ZkUnavailableError
 from strata.common import SystemClock, ThreadScheduler, TopicPartition
 from strata.common.metrics import Registry
 from strata.config import LogConfig
 from strata.config.broker_config import BrokerConfig
+from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.manager import LogManager
@@ -135,6 +137,7 @@ class Broker:
 
             self.producer_ids = ClusterProducerIdManager(allocate)
         self.groups: Any = None  # the group coordinator, set in start() (see strata.broker.group)
+        self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.metrics = Registry()
         self.stats = TieredStats(self.metrics)
@@ -301,6 +304,11 @@ class Broker:
         await self.dynamic_configs.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
+        self.transactions = TransactionService(
+            self.config, self.replicas, self.topics, self.view, self.admin, self.producer_ids.next_id,
+            self.clock.milliseconds, self.cluster is not None, self.create_topic)
+        self.transactions.on_offsets_marker = getattr(self.groups, "complete_transaction", None)
+        self.transactions.start()
         if self.config.remote.enabled:
             self._start_tiering()
         listener = self.config.listener
@@ -365,10 +373,14 @@ class Broker:
     def _on_leading(self, tp: TopicPartition, _topic_id: uuid.UUID) -> None:
         if tp.topic == OFFSETS_TOPIC and self.groups is not None:
             self.groups.on_leader(tp.partition)
+        elif tp.topic == TRANSACTION_STATE_TOPIC and self.transactions is not None:
+            self.transactions.on_leader(tp.partition, self.replicas.leader_epoch(tp))
 
     def _on_not_leading(self, tp: TopicPartition, _topic_id: uuid.UUID, _deleted: bool) -> None:
         if tp.topic == OFFSETS_TOPIC and self.groups is not None:
             self.groups.on_not_leader(tp.partition)
+        elif tp.topic == TRANSACTION_STATE_TOPIC and self.transactions is not None:
+            self.transactions.on_not_leader(tp.partition)
 
     def _on_cluster_topic_deleted(self, info: TopicInfo, remote_owner: frozenset[int]) -> None:
         """``remote_owner``: the partitions whose remote data this broker deletes (it led them: Kafka's
@@ -509,6 +521,8 @@ class Broker:
                 await self.cluster.close()
             except Exception as e:  # noqa: BLE001 - ZooKeeper gone: the session expires by itself
                 log.warning("closing the ZooKeeper session failed: %s", e)
+        if self.transactions is not None:
+            await self.transactions.stop()
         if self.groups is not None:
             await self.groups.stop()
         if self.admin_http is not None:

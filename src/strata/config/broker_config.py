@@ -21,6 +21,7 @@ from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
+from strata.config.transaction_config import TRANSACTION_KEYS, TransactionConfig
 from strata.errors import InvalidConfigError
 
 HOUR_MS = 60 * 60 * 1000
@@ -84,6 +85,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("metrics.host", "string", "127.0.0.1", None, "Address the metrics endpoint binds"),
     *REMOTE_LOG_KEYS,
     *CLUSTER_KEYS,
+    *TRANSACTION_KEYS,
 ])
 
 # Kafka keys that configure machinery a single asyncio process does not have.
@@ -91,8 +93,8 @@ IGNORED_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
     "listener.security.protocol.map", "inter.broker.listener.name", "num.network.threads", "num.io.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "share.coordinator.state.topic"
-    ".replication.factor", "share.coordinator.state.topic.min.isr", "group.coordinator.rebalance.protocols",
+    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+    "group.coordinator.rebalance.protocols",
 })
 
 
@@ -145,6 +147,7 @@ class BrokerConfig:
     metrics_host: str
     remote: RemoteLogManagerConfig
     cluster: ClusterConfig
+    transactions: TransactionConfig
     log_config: LogConfig
     raw: Mapping[str, str]
     # Dynamic broker configs (strata.broker.dynamic_config): what AlterConfigs stored for this broker
@@ -204,6 +207,7 @@ class BrokerConfig:
             metrics_host=p["metrics.host"],
             remote=RemoteLogManagerConfig.from_parsed(p, props),
             cluster=ClusterConfig.from_parsed(p),
+            transactions=TransactionConfig.from_parsed(p),
             log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )

@@ -22,6 +22,14 @@ groups; a broker that loses ``p`` unloads them (parked requests answer NOT_COORD
 clients find the new coordinator. Writes wait until the ISR has them (acks=all) before the
 commit or the assignment is acknowledged, so a coordinator's death loses no acknowledged offset.
 
+Transactional offset commits (TxnOffsetCommit) are appended as one transactional batch of the
+producer (``AppendOrigin.COORDINATOR``, so the log fences a stale producer epoch) and stay pending
+until the transaction marker for that producer is appended to the same partition: the marker path
+then calls :meth:`GroupCoordinator.complete_transaction`. Loading therefore reads batches, not only
+records: a transactional batch's offsets become pending for its producer, a later COMMIT/ABORT
+marker of that producer completes them, and what is still pending at the log end stays pending
+(its transaction is open; its marker comes later).
+
 The protocol logic itself lives in :class:`strata.broker.group.manager.GroupMetadataManager`.
 """
 
@@ -29,21 +37,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from strata.broker.group.manager import GroupConfig, GroupMetadataManager, Record
+from strata.broker.group.manager import NO_PRODUCER_ID, GroupConfig, GroupMetadataManager, Record, TxnProducer
 from strata.broker.group.records import partition_for
 from strata.broker.group.timer import LoopTimer
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
 from strata.errors import CorruptRecordError, ErrorCode, KafkaError, KafkaStorageError
+from strata.log.partition_log import FetchIsolation
 from strata.log.producer_state import AppendOrigin
-from strata.log.reading import iter_log_records
-from strata.protocol.records import BatchBuilder
+from strata.log.reading import READ_BYTES
+from strata.protocol.records import (
+    NO_SEQUENCE,
+    BatchBuilder,
+    ControlRecordType,
+    DecodedBatch,
+    decode_batch,
+    iter_batches,
+)
 
 if TYPE_CHECKING:
     from strata.broker.server import Broker
+    from strata.log.partition_log import PartitionLog
 
 log = logging.getLogger("strata.broker.group")
 
@@ -168,8 +185,7 @@ class GroupCoordinator:
         if plog is None:
             return
         before = set(manager.groups)
-        for record in iter_log_records(plog, plog.log_start_offset, plog.log_end_offset):
-            self._replay(manager, tp, record.offset, record.key, record.value)
+        self._replay_log(manager, tp, plog, plog.log_end_offset)
         manager.on_loaded({g for g in manager.groups if g not in before})
         self.loaded.add(partition)
         log.info("coordinating the groups of %s", tp)
@@ -204,8 +220,33 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.partitions)
 
-    def _write(self, group_id: str, records: list[Record]) -> None:
-        builder = BatchBuilder()
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT (``commit``) or ABORT marker of ``producer_id`` was just appended to
+        ``__consumer_offsets-partition`` here: make the producer's pending offsets of that partition's
+        groups committed, or drop them (Kafka's ``scheduleHandleTxnCompletion``, run inline).
+
+        Called by the transaction-marker path after its append, on this node or, in a cluster, on the
+        partition's leader. A partition this broker does not coordinate (yet) is skipped: whoever loads
+        it replays the marker from the log.
+        """
+        manager = self.manager
+        if manager is None or (self.clustered and partition not in self.loaded):
+            return
+        n = manager.complete_txn_offset_commits(producer_id, commit, self._in_partition(partition))
+        if n:
+            log.info("%s transactional offsets of producer %d in %d groups of %s-%d",
+                     "committed" if commit else "aborted", producer_id, n, OFFSETS_TOPIC, partition)
+
+    def _in_partition(self, partition: int) -> Callable[[str], bool]:
+        return lambda group_id: self.partition_for(group_id) == partition
+
+    def _write(self, group_id: str, records: list[Record], producer: TxnProducer | None = None) -> int:
+        """Append ``records`` as one batch (transactional for ``producer``); returns its base offset."""
+        if producer is None:
+            builder = BatchBuilder()
+        else:
+            builder = BatchBuilder(producer_id=producer[0], producer_epoch=producer[1], base_sequence=NO_SEQUENCE,
+                                   transactional=True)
         for key, value in records:
             builder.append(value, key=key)
         tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
@@ -213,6 +254,7 @@ class GroupCoordinator:
             info = self.broker.replicas.append(tp, builder.build(), AppendOrigin.COORDINATOR,
                                                required_acks=-1 if self.clustered else 1)
             self._last_write[tp.partition] = info.last_offset + 1
+            return info.first_offset
         except KafkaError:
             raise
         except OSError as e:
@@ -230,13 +272,69 @@ class GroupCoordinator:
             tp = TopicPartition(OFFSETS_TOPIC, p)
             plog = self.broker.replicas.get_log(tp)
             plog.update_high_watermark(plog.log_end_offset)
-            for record in iter_log_records(plog, plog.log_start_offset, plog.high_watermark):
-                self._replay(manager, tp, record.offset, record.key, record.value)
+            self._replay_log(manager, tp, plog, plog.high_watermark)
+
+    def _replay_log(self, manager: GroupMetadataManager, tp: TopicPartition, plog: PartitionLog, end: int) -> None:
+        """Replay ``[log start, end)`` batch by batch, as Kafka's ``doLoadGroupsAndOffsets`` reads it.
+
+        Records of a transactional batch are pending for the batch's producer; that producer's next
+        COMMIT/ABORT marker completes them for this partition's groups (only: the producer may have
+        offsets pending in groups of other partitions, whose markers are in their own logs).
+        """
+        in_partition = self._in_partition(tp.partition)
+        start = plog.log_start_offset
+        for batch in _iter_log_batches(plog, start, end):
+            header = batch.header
+            if header.is_control:
+                try:
+                    control = batch.control_record
+                except CorruptRecordError as e:
+                    log.error("skipping unreadable transaction marker at %s offset %d: %s", tp, header.base_offset, e)
+                    continue
+                if control is not None and header.base_offset >= start:
+                    manager.replay_txn_marker(header.producer_id, control.type is ControlRecordType.COMMIT,
+                                              in_partition)
+                continue
+            producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+            for record in batch.records:
+                if start <= record.offset < end:
+                    self._replay(manager, tp, record.offset, record.key, record.value, header.base_offset,
+                                 producer_id)
 
     @staticmethod
     def _replay(manager: GroupMetadataManager, tp: TopicPartition, offset: int, key: bytes | None,
-                value: bytes | None) -> None:
+                value: bytes | None, batch_offset: int, producer_id: int) -> None:
         try:
-            manager.replay(key, value)
+            manager.replay(key, value, batch_offset, producer_id)
         except (CorruptRecordError, ValueError) as e:
             log.error("skipping unreadable record at %s offset %d: %s", tp, offset, e)
+
+
+def _iter_log_batches(plog: PartitionLog, start: int, end: int) -> Iterator[DecodedBatch]:
+    """The decoded batches (control batches included) overlapping ``[start, end)``.
+
+    :func:`strata.log.reading.iter_log_records` with the batch kept: replaying transactional offsets
+    needs each record's producer and the markers. A corrupt batch stops the iteration (logged), as
+    there: recovery already cut torn tails, and replaying past damage would build wrong state.
+    """
+    offset = max(start, plog.log_start_offset)
+    while offset < end:
+        data = plog.read(offset, READ_BYTES, FetchIsolation.LOG_END, min_one_message=True)
+        buf = data.records.read() if data.records is not None else b""
+        if not buf:
+            return
+        next_offset = offset
+        try:
+            for position, header in iter_batches(buf):
+                if header.next_offset <= offset:
+                    continue
+                if header.base_offset >= end:
+                    return
+                next_offset = header.next_offset
+                yield decode_batch(buf, position)
+        except CorruptRecordError as e:
+            log.error("stopped reading %s at offset %d: %s", plog.topic_partition, next_offset, e)
+            return
+        if next_offset <= offset:
+            return
+        offset = next_offset

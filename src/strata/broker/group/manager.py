@@ -7,11 +7,20 @@ rebalance timeout of the join phase, the initial rebalance delay, the sync deadl
 which is what lets the unit tests drive the machine deterministically.
 
 Persistence goes through ``writer(group_id, [(key, value), ...])``, which appends one batch to the
-group's ``__consumer_offsets`` partition and raises a :class:`KafkaError` if it could not. The
-state machine follows Kafka's rule: what must survive a restart is written before it is
-acknowledged (a SyncGroup from the leader answers nobody until the assignment is in the log, an
-OffsetCommit is answered after its records are), and a failed write is answered with the error
-Kafka maps it to.
+group's ``__consumer_offsets`` partition, returns the offset it was appended at, and raises a
+:class:`KafkaError` if it could not. The state machine follows Kafka's rule: what must survive a
+restart is written before it is acknowledged (a SyncGroup from the leader answers nobody until the
+assignment is in the log, an OffsetCommit is answered after its records are), and a failed write is
+answered with the error Kafka maps it to.
+
+Transactional offset commits (KIP-98 TxnOffsetCommit; KIP-447 adds the member checks) are written
+by ``writer(group_id, records, (producer_id, producer_epoch))`` as one transactional batch of that
+producer. Until the transaction's COMMIT or ABORT marker is in the partition they are *pending*:
+kept per group and producer, invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT for them
+when asked for stable offsets). A commit makes them the committed offsets unless a plain commit was
+appended after them: the log order decides, which is why every offset remembers the offset of the
+batch that holds it (Kafka's ``CommitRecordMetadataAndOffset``). Replay follows the same rules, fed
+batch by batch (a transactional batch's records are pending, a marker completes them).
 
 The decisions mirror Apache Kafka's ``GroupMetadataManager`` (classic groups) and
 ``OffsetMetadataManager`` closely, including its error codes, so clients see the same behaviour.
@@ -21,7 +30,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from strata.broker.group.classic import (
     GROUP_SUBSCRIBED_TO_TOPIC,
@@ -63,8 +73,22 @@ REQUIRES_KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+: an unknown member first g
 SKIP_ASSIGNMENT_VERSION = 9
 GROUP_ID_NOT_FOUND_COMMIT_VERSION = 9  # OffsetCommit v9+ says GROUP_ID_NOT_FOUND instead of ILLEGAL_GENERATION
 
+NO_PRODUCER_ID = -1  # RecordBatch.NO_PRODUCER_ID: a record that is not part of a transaction
+NO_APPEND_OFFSET = -1  # the writer did not say where the batch went (test fakes)
+
 Record = tuple[bytes, bytes | None]
-Writer = Callable[[str, list[Record]], None]
+TxnProducer = tuple[int, int]  # (producer id, producer epoch) of a transactional write
+
+
+class Writer(Protocol):
+    """Appends ``records`` as one batch to ``group_id``'s partition and returns its base offset.
+
+    ``producer`` makes the batch transactional for that producer; it is passed only when set, so a
+    writer that never sees transactional commits may take two arguments.
+    """
+
+    def __call__(self, group_id: str, records: list[Record], producer: TxnProducer | None = None, /
+                 ) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +109,13 @@ class OffsetAndMetadata:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int = -1
+    # Where the batch holding the record was appended (Kafka's appendedBatchOffset): it decides whether a
+    # transactional commit completing later replaces this offset. Not part of the value: two commits of
+    # the same offset are the same commit.
+    append_offset: int = field(default=NO_APPEND_OFFSET, compare=False)
+
+    def older_than(self, other: OffsetAndMetadata) -> bool:
+        return self.append_offset < other.append_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +155,20 @@ class CommitRequest:
     partitions: list[tuple[str, int, int, int, str | None]]  # topic, partition, offset, leader epoch, metadata
 
 
+@dataclass(frozen=True, slots=True)
+class TxnCommitRequest:
+    """A TxnOffsetCommit; before v3 (KIP-447) it carries no member, so generation -1 and member ""."""
+
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    member_id: str
+    group_instance_id: str | None
+    generation_id: int
+    partitions: list[tuple[str, int, int, int, str | None]]  # topic, partition, offset, leader epoch, metadata
+
+
 def join_error(member_id: str, code: int) -> Response:
     return {"error_code": code, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
             "skip_assignment": False, "member_id": member_id, "members": []}
@@ -154,6 +199,27 @@ def offset_append_error(e: KafkaError) -> int:
     return group_append_error(e)
 
 
+def txn_offset_append_error(code: int) -> int:
+    """Kafka's ``maybeConvertOffsetCommitError`` for a transactional commit's append (or its replication).
+
+    A fenced producer is INVALID_PRODUCER_EPOCH, the code producers handle for a TxnOffsetCommit
+    (Kafka's AddPartitionsToTxnManager turns PRODUCER_FENCED into it for the same reason); any other
+    error the client understands (INVALID_TXN_STATE, REQUEST_TIMED_OUT...) goes back unchanged.
+    """
+    if code == ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
 class GroupMetadataManager:
     def __init__(self, config: GroupConfig, timer: Timer, clock: Clock, writer: Writer) -> None:
         self.config = config
@@ -162,6 +228,10 @@ class GroupMetadataManager:
         self._writer = writer
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        # Kafka's pendingTransactionalOffsetCommits: group -> producer id -> (topic, partition) -> offset
+        self.pending_txn_offsets: dict[str, dict[int, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+        # Kafka's openGroupsForProducer: where a transaction marker has offsets to complete
+        self.open_groups_for_producer: dict[int, set[str]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -180,8 +250,10 @@ class GroupMetadataManager:
     def _sync_key(group_id: str) -> Hashable:
         return ("sync", group_id)
 
-    def _write(self, group_id: str, records: list[Record]) -> None:
-        self._writer(group_id, records)
+    def _write(self, group_id: str, records: list[Record], producer: TxnProducer | None = None) -> int:
+        """The base offset of the appended batch (NO_APPEND_OFFSET when the writer does not say)."""
+        offset = self._writer(group_id, records) if producer is None else self._writer(group_id, records, producer)
+        return NO_APPEND_OFFSET if offset is None else offset
 
     def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> Record:
         members = tuple(
@@ -745,6 +817,7 @@ class GroupMetadataManager:
         group.transition_to(DEAD, self._now())
         self.groups.pop(gid, None)
         self.offsets.pop(gid, None)
+        self._forget_pending_txn_offsets(gid)
         self.timer.cancel(self._join_key(gid))
         self.timer.cancel(self._sync_key(gid))
 
@@ -780,11 +853,12 @@ class GroupMetadataManager:
             results[(topic, partition)] = ErrorCode.NONE
         if records:
             try:
-                self._write(req.group_id, records)
+                append_offset = self._write(req.group_id, records)
             except KafkaError as e:
                 code = offset_append_error(e)
                 return {k: (code if k in updates else v) for k, v in results.items()}
-            self.offsets.setdefault(req.group_id, {}).update(updates)
+            self.offsets.setdefault(req.group_id, {}).update(
+                {k: replace(om, append_offset=append_offset) for k, om in updates.items()})
         return results
 
     def _validate_offset_commit(self, req: CommitRequest) -> ClassicGroup:
@@ -814,15 +888,183 @@ class GroupMetadataManager:
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         return group
 
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
-                      ) -> list[tuple[str, list[Response]]]:
-        """(topic, partitions) with the committed offset or -1; ``topics`` None means every committed one."""
+    # -- transactional offsets (TxnOffsetCommit and the transaction markers) ----------------------
+
+    def commit_txn_offsets(self, req: TxnCommitRequest) -> tuple[dict[tuple[str, int], int], int]:
+        """Kafka's ``handleTxnCommitOffsets``: (per (topic, partition) error codes, the batch's append offset).
+
+        The offsets are written as one transactional batch of the request's producer and are then
+        pending until that producer's transaction ends (:meth:`complete_txn_offset_commits`). The
+        append offset is NO_APPEND_OFFSET when nothing was written.
+        """
+        keys = [(t, p) for t, p, *_ in req.partitions]
+        if not req.group_id:
+            return dict.fromkeys(keys, ErrorCode.INVALID_GROUP_ID), NO_APPEND_OFFSET
+        try:
+            self._validate_txn_offset_commit(req)
+        except GroupError as e:
+            return dict.fromkeys(keys, e.error_code), NO_APPEND_OFFSET
+        now = self._now()
+        results: dict[tuple[str, int], int] = {}
+        records: list[Record] = []
+        updates: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for topic, partition, offset, leader_epoch, metadata in req.partitions:
+            if metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            om = OffsetAndMetadata(offset, leader_epoch, metadata or "", now)
+            records.append((encode_offset_commit_key(req.group_id, topic, partition),
+                            encode_offset_commit_value(OffsetCommitValue(om.offset, om.leader_epoch, om.metadata,
+                                                                         om.commit_timestamp))))
+            updates[(topic, partition)] = om
+            results[(topic, partition)] = ErrorCode.NONE
+        if not records:
+            return results, NO_APPEND_OFFSET
+        # Kafka's storeOffsets: without a producer id there is no transaction, and the commit is a plain one
+        # (any negative id: the log would not track a transaction for it, so no marker could ever end it).
+        transactional = req.producer_id >= 0
+        try:
+            append_offset = self._write(req.group_id, records,
+                                        (req.producer_id, req.producer_epoch) if transactional else None)
+        except KafkaError as e:
+            code = txn_offset_append_error(int(e.error_code))
+            return {k: (code if k in updates else v) for k, v in results.items()}, NO_APPEND_OFFSET
+        if not transactional:
+            self.offsets.setdefault(req.group_id, {}).update(
+                {k: replace(om, append_offset=append_offset) for k, om in updates.items()})
+            return results, append_offset
+        pending = self.pending_txn_offsets.setdefault(req.group_id, {}).setdefault(req.producer_id, {})
+        pending.update({k: replace(om, append_offset=append_offset) for k, om in updates.items()})
+        self.open_groups_for_producer.setdefault(req.producer_id, set()).add(req.group_id)
+        return results, append_offset
+
+    def _validate_txn_offset_commit(self, req: TxnCommitRequest) -> ClassicGroup:
+        """Kafka's ``validateOffsetCommit(isTransactional = true)``.
+
+        Unlike a plain commit, a commit without member id from a non-empty group is allowed (TxnOffsetCommit
+        before v3 has no member fields), a Completing group is not asked to wait, and no session is extended.
+        """
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.generation_id < 0:
+                # A producer committing for a group without group management: a "simple" group.
+                log.info("creating simple consumer group %s via a transactional offset commit", req.group_id)
+                group = ClassicGroup(req.group_id, self._now())
+                self.groups[req.group_id] = group
+                return group
+            # Kafka creates the (Empty) group first, in which every member is unknown; not kept here.
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(DEAD):
+            raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if req.generation_id < 0 and group.is_in(EMPTY):
+            return group
+        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+            group.validate_member(req.member_id, req.group_instance_id)
+            if req.generation_id != group.generation:
+                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        return group
+
+    def fail_txn_offset_commit(self, group_id: str, producer_id: int, append_offset: int) -> None:
+        """Kafka's ``failPendingTxnOffsetCommit``: the batch at ``append_offset`` was not replicated in time
+        and the producer is told so; it retries (possibly elsewhere), so its offsets are no longer pending
+        here. Offsets a later commit of the same producer replaced are kept."""
+        by_producer = self.pending_txn_offsets.get(group_id, {})
+        pending = by_producer.get(producer_id)
+        if pending is None:
+            return
+        for key in [k for k, om in pending.items() if om.append_offset == append_offset]:
+            del pending[key]
+        if not pending:
+            del by_producer[producer_id]
+            if not by_producer:
+                del self.pending_txn_offsets[group_id]
+            self._remove_producer_group(producer_id, group_id)
+
+    def complete_txn_offset_commits(self, producer_id: int, commit: bool, which: Callable[[str], bool]) -> int:
+        """Kafka's ``handleTxnCompletion``: ``producer_id``'s transaction ended with a marker in the partition
+        of the groups ``which`` selects. Returns how many groups had pending offsets from it.
+
+        A commit makes the pending offsets committed unless a plain commit of the same partition was
+        appended after them (Kafka's ``completePendingTxnOffsetCommit``); an abort drops them.
+        """
+        gids = [g for g in self.open_groups_for_producer.get(producer_id, ()) if which(g)]
+        for gid in gids:
+            group = self.groups.get(gid)
+            if group is not None and group.is_in(DEAD):
+                continue
+            self._complete_pending_txn_offset_commit(gid, producer_id, commit)
+        return len(gids)
+
+    def _complete_pending_txn_offset_commit(self, group_id: str, producer_id: int, commit: bool) -> None:
+        by_producer = self.pending_txn_offsets.get(group_id)
+        pending = by_producer.pop(producer_id, None) if by_producer is not None else None
+        if by_producer is not None and not by_producer:
+            del self.pending_txn_offsets[group_id]
+        self._remove_producer_group(producer_id, group_id)
+        if not commit or not pending:
+            if pending:
+                log.debug("aborted transactional offsets of producer %d in group %s: %s", producer_id, group_id,
+                          sorted(pending))
+            return
+        if group_id not in self.groups:
+            # Only replay leaves pending offsets without their group (a tombstone read after them); Kafka's
+            # loader creates the group for the offsets, as it does for any offsets without group metadata.
+            self.groups[group_id] = ClassicGroup(group_id, self._now())
+        stored = self.offsets.setdefault(group_id, {})
+        for key, om in pending.items():
+            current = stored.get(key)
+            if current is None or current.older_than(om):
+                stored[key] = om
+            else:
+                log.debug("transactional offset %s of producer %d for group %s %s-%d committed, but a later plain "
+                          "commit (%d) is kept", om.offset, producer_id, group_id, key[0], key[1], current.offset)
+
+    def has_pending_txn_offsets(self, group_id: str, key: tuple[str, int] | None = None) -> bool:
+        """Kafka's ``hasPendingOffsetCommitsForTopicPartition`` (``key``), or ``hasOffsets``' pending half."""
+        by_producer = self.pending_txn_offsets.get(group_id, {})
+        if key is None:
+            return any(by_producer.values())
+        return any(key in pending for pending in by_producer.values())
+
+    def _remove_pending_txn_offsets(self, group_id: str, keys: Iterable[tuple[str, int]]) -> None:
+        """Kafka's ``removeOffsets`` reaches the pending transactional offsets of those partitions too."""
+        by_producer = self.pending_txn_offsets.get(group_id)
+        if not by_producer:
+            return
+        for key in keys:
+            for pending in by_producer.values():
+                pending.pop(key, None)
+
+    def _forget_pending_txn_offsets(self, group_id: str) -> None:
+        """The group is gone (deleted, expired or unloaded): a later marker has nothing to complete in it."""
+        for producer_id in self.pending_txn_offsets.pop(group_id, {}):
+            self._remove_producer_group(producer_id, group_id)
+
+    def _remove_producer_group(self, producer_id: int, group_id: str) -> None:
+        groups = self.open_groups_for_producer.get(producer_id)
+        if groups is not None:
+            groups.discard(group_id)
+            if not groups:
+                del self.open_groups_for_producer[producer_id]
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                      require_stable: bool = False) -> list[tuple[str, list[Response]]]:
+        """(topic, partitions) with the committed offset or -1; ``topics`` None means every committed one.
+
+        ``require_stable`` (OffsetFetch v7+, KIP-447): a partition with a pending transactional offset
+        answers UNSTABLE_OFFSET_COMMIT instead, and the client retries until the transaction ended.
+        """
         if not group_id:
             raise GroupError(ErrorCode.INVALID_GROUP_ID)
         group = self.groups.get(group_id)
-        stored = self.offsets.get(group_id, {}) if group is not None and not group.is_in(DEAD) else {}
+        live = group is not None and not group.is_in(DEAD)
+        stored = self.offsets.get(group_id, {}) if live else {}
+        unstable = require_stable and live and self.has_pending_txn_offsets(group_id)
 
-        def entry(partition: int, om: OffsetAndMetadata | None) -> Response:
+        def entry(partition: int, om: OffsetAndMetadata | None, topic: str) -> Response:
+            if unstable and self.has_pending_txn_offsets(group_id, (topic, partition)):
+                return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                        "metadata": "", "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT}
             if om is None:
                 return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
                         "metadata": "", "error_code": ErrorCode.NONE}
@@ -832,9 +1074,9 @@ class GroupMetadataManager:
         if topics is None:
             by_topic: dict[str, list[Response]] = {}
             for (topic, partition), om in sorted(stored.items()):
-                by_topic.setdefault(topic, []).append(entry(partition, om))
+                by_topic.setdefault(topic, []).append(entry(partition, om, topic))
             return list(by_topic.items())
-        return [(topic, [entry(p, stored.get((topic, p))) for p in partitions]) for topic, partitions in topics]
+        return [(topic, [entry(p, stored.get((topic, p)), topic) for p in partitions]) for topic, partitions in topics]
 
     def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> tuple[int, list[tuple[str, list[tuple[int, int]]]]]:
@@ -850,11 +1092,13 @@ class GroupMetadataManager:
         out: list[tuple[str, list[tuple[int, int]]]] = []
         records: list[Record] = []
         doomed: list[tuple[str, int]] = []
+        eligible: list[tuple[str, int]] = []
         for topic, partitions in topics:
             if group.is_subscribed_to_topic(topic):
                 out.append((topic, [(p, GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions]))
                 continue
             for p in partitions:
+                eligible.append((topic, p))
                 if (topic, p) in stored:
                     records.append((encode_offset_commit_key(group_id, topic, p), None))
                     doomed.append((topic, p))
@@ -866,6 +1110,7 @@ class GroupMetadataManager:
                 return group_append_error(e), []
             for key in doomed:
                 stored.pop(key, None)
+        self._remove_pending_txn_offsets(group_id, eligible)
         return ErrorCode.NONE, out
 
     def on_topic_deleted(self, topic: str) -> int:
@@ -875,6 +1120,10 @@ class GroupMetadataManager:
         Returns how many offsets were removed.
         """
         removed = 0
+        for by_producer in self.pending_txn_offsets.values():
+            for pending in by_producer.values():
+                for key in [k for k in pending if k[0] == topic]:
+                    del pending[key]
         for gid, stored in list(self.offsets.items()):
             doomed = [key for key in stored if key[0] == topic]
             if not doomed:
@@ -925,7 +1174,9 @@ class GroupMetadataManager:
                 else:
                     all_expired = False
             records: list[Record] = [(encode_offset_commit_key(gid, t, p), None) for t, p in expired]
-            delete_group = all_expired and group.is_empty and not group.pending_join
+            # Kafka's ``hasOffsets`` counts pending transactional offsets: their transaction may still commit.
+            delete_group = all_expired and group.is_empty and not group.pending_join \
+                and not self.has_pending_txn_offsets(gid)
             if delete_group:
                 records.append((encode_group_metadata_key(gid), None))
             if not records:
@@ -945,27 +1196,57 @@ class GroupMetadataManager:
 
     # -- loading and unloading ----------------------------------------------------------------
 
-    def replay(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one ``__consumer_offsets`` record read back from the log (last write per key wins)."""
+    def replay(self, key: bytes | None, value: bytes | None, batch_offset: int = NO_APPEND_OFFSET,
+               producer_id: int = NO_PRODUCER_ID) -> None:
+        """Apply one ``__consumer_offsets`` record read back from the log (last write per key wins).
+
+        ``batch_offset`` is the base offset of the record's batch; ``producer_id`` is set for a record of
+        a transactional batch, whose offsets stay pending until :meth:`replay_txn_marker`.
+        """
         if key is None:
             return
         k = decode_key(key)
         if isinstance(k, OffsetCommitKey):
+            tp = (k.topic, k.partition)
+            if producer_id != NO_PRODUCER_ID:
+                self._replay_txn_offset(k.group, tp, value, batch_offset, producer_id)
+                return
             if value is None:
                 stored = self.offsets.get(k.group)
                 if stored is not None:
-                    stored.pop((k.topic, k.partition), None)
+                    stored.pop(tp, None)
                 return
             v = decode_offset_commit_value(value)
             if k.group not in self.groups:  # offsets without membership: a simple group
                 self.groups[k.group] = ClassicGroup(k.group, self._now())
-            self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = OffsetAndMetadata(
-                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp)
+            self.offsets.setdefault(k.group, {})[tp] = OffsetAndMetadata(
+                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, batch_offset)
         elif isinstance(k, GroupMetadataKey):
             if value is None:
                 self.groups.pop(k.group, None)
                 return
             self.groups[k.group] = self._group_from_record(k.group, decode_group_metadata_value(value))
+
+    def _replay_txn_offset(self, group_id: str, tp: tuple[str, int], value: bytes | None, batch_offset: int,
+                           producer_id: int) -> None:
+        """As Kafka's loader: a transactional offset is pending for its producer (a tombstone unstages it)."""
+        if value is None:
+            by_producer = self.pending_txn_offsets.get(group_id)
+            if by_producer is not None and producer_id in by_producer:
+                by_producer[producer_id].pop(tp, None)
+            return
+        v = decode_offset_commit_value(value)
+        if group_id not in self.groups:  # as for plain offsets: a simple group
+            self.groups[group_id] = ClassicGroup(group_id, self._now())
+        self.pending_txn_offsets.setdefault(group_id, {}).setdefault(producer_id, {})[tp] = OffsetAndMetadata(
+            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, batch_offset)
+        self.open_groups_for_producer.setdefault(producer_id, set()).add(group_id)
+
+    def replay_txn_marker(self, producer_id: int, commit: bool, which: Callable[[str], bool]) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` read back from the partition of the groups ``which``
+        selects: complete its pending offsets there exactly as the live marker does."""
+        for gid in [g for g in self.open_groups_for_producer.get(producer_id, ()) if which(g)]:
+            self._complete_pending_txn_offset_commit(gid, producer_id, commit)
 
     def _group_from_record(self, group_id: str, v: GroupMetadataValue) -> ClassicGroup:
         group = ClassicGroup(group_id, self._now(), state=STABLE if v.members else EMPTY, generation=v.generation,
@@ -987,13 +1268,14 @@ class GroupMetadataManager:
                 self._reschedule_heartbeat(group, m)
             if group.is_in(STABLE) and len(group.members) > self.config.max_size:
                 self._prepare_rebalance(group, f"freshly-loaded group is over capacity ({self.config.max_size})")
-        log.info("loaded %d groups and %d committed offsets", len(self.groups),
-                 sum(len(o) for o in self.offsets.values()))
+        log.info("loaded %d groups, %d committed offsets and %d pending transactional offsets", len(self.groups),
+                 sum(len(o) for o in self.offsets.values()),
+                 sum(len(p) for by_producer in self.pending_txn_offsets.values() for p in by_producer.values()))
 
     def unload_groups(self, which: Callable[[str], bool]) -> int:
         """Another broker coordinates these groups now (Kafka's ``removeGroupsForPartition``): parked
         requests get NOT_COORDINATOR, their timers stop, their state is forgotten here."""
-        doomed = [gid for gid in set(self.groups) | set(self.offsets) if which(gid)]
+        doomed = [gid for gid in set(self.groups) | set(self.offsets) | set(self.pending_txn_offsets) if which(gid)]
         for gid in doomed:
             group = self.groups.pop(gid, None)
             if group is not None:
@@ -1003,6 +1285,7 @@ class GroupMetadataManager:
                 self.timer.cancel(self._join_key(gid))
                 self.timer.cancel(self._sync_key(gid))
             self.offsets.pop(gid, None)
+            self._forget_pending_txn_offsets(gid)
         return len(doomed)
 
     def unload(self) -> None:
@@ -1012,6 +1295,8 @@ class GroupMetadataManager:
             group.complete_all(ErrorCode.NOT_COORDINATOR)
         self.groups.clear()
         self.offsets.clear()
+        self.pending_txn_offsets.clear()
+        self.open_groups_for_producer.clear()
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

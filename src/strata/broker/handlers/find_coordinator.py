@@ -1,11 +1,12 @@
-"""FindCoordinator: the group's coordinator; there is no transaction coordinator yet.
+"""FindCoordinator: the coordinator of a group or of a transactional id.
 
-A single node coordinates every group. In a cluster the coordinator is the leader of the group's
-``__consumer_offsets`` partition (the topic is created here on first use, as Kafka does).
+A single node coordinates every group and transactional id. In a cluster the coordinator is the
+leader of the key's partition of ``__consumer_offsets`` (groups) or ``__transaction_state``
+(transactional ids); either topic is created here on first use, as Kafka does.
 
-v0-v3 ask for one key, v4+ for a batch (``coordinator_keys``). Key type 0 (group) answers with this
-broker; key type 1 (transaction) and 2 (share group) get COORDINATOR_NOT_AVAILABLE, which clients
-treat as "retry later" rather than as a fatal error; other key types are INVALID_REQUEST.
+v0-v3 ask for one key, v4+ for a batch (``coordinator_keys``). Key type 2 (share group) gets
+COORDINATOR_NOT_AVAILABLE, which clients treat as "retry later" rather than as a fatal error; other
+key types are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ async def _group_coordinator(ctx: RequestContext, key: str) -> dict[str, Any] | 
     return ctx.broker.view.broker(view.leader) if view.leader >= 0 else None
 
 
+async def _transaction_coordinator(ctx: RequestContext, key: str) -> dict[str, Any] | None:
+    txns = ctx.broker.transactions
+    if txns is None or not await txns.ensure_topic():
+        return None
+    if not txns.clustered:
+        return ctx.broker.broker_entry()
+    return txns.coordinator_node(key)
+
+
 async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
     code: int = ErrorCode.NONE
     message = None
@@ -41,10 +51,13 @@ async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
     if key_type == GROUP_KEY:
         if manager_of(ctx) is None or (entry := await _group_coordinator(ctx, key)) is None:
             code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group coordinator is not available."
-    elif key_type in (TRANSACTION_KEY, SHARE_KEY):
-        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-        message = "This broker has no transaction coordinator." if key_type == TRANSACTION_KEY \
-            else "This broker has no share coordinator."
+    elif key_type == TRANSACTION_KEY:
+        if not key:
+            code, message = ErrorCode.INVALID_REQUEST, "A transactional id must not be empty."
+        elif (entry := await _transaction_coordinator(ctx, key)) is None:
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available."
+    elif key_type == SHARE_KEY:
+        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "This broker has no share coordinator."
     else:
         code, message = ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}"
     if code:

@@ -3,8 +3,9 @@
 A partition without a committed offset answers -1, and so does a group that does not exist (Kafka
 does not reveal whether it exists). ``topics`` null (v2+) asks for every committed partition.
 v10 names topics by id: an unknown id answers UNKNOWN_TOPIC_ID for its partitions. ``require_stable``
-is accepted and has nothing to wait for: this broker has no transactional offset commits, so no
-offset is ever pending.
+(v7+, KIP-447; set by read_committed consumers) makes a partition whose offset a transaction has
+committed but not yet completed (a pending TxnOffsetCommit) answer UNSTABLE_OFFSET_COMMIT, which the
+client retries; without it such a partition shows the last completed commit.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _missing(partition: int, code: int) -> dict[str, Any]:
             "error_code": code}
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any,
+                 require_stable: bool) -> tuple[int, list[dict[str, Any]]]:
     """(group error, response topics) for one group; topics carry both name and id (the version keeps one)."""
     registry = ctx.broker.topics
     manager = manager_of(ctx, group_id)
@@ -48,7 +50,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[int, 
         return code, [{"name": n, "topic_id": _id_of(ctx, n), "partitions": [_missing(p, code) for p in ps]}
                       for n, ps in requested or []]
     try:
-        found = manager.fetch_offsets(group_id, requested)
+        found = manager.fetch_offsets(group_id, requested, require_stable)
     except GroupError as e:
         return e.error_code, [{"name": n, "topic_id": _id_of(ctx, n),
                                "partitions": [_missing(p, e.error_code) for p in ps]} for n, ps in requested or []]
@@ -67,13 +69,14 @@ def _id_of(ctx: RequestContext, name: str) -> Any:
 
 @handles(OFFSET_FETCH)
 async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    require_stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= MULTI_GROUP_VERSION:
         groups = []
         for g in request.groups:
-            code, topics = _fetch_group(ctx, g.group_id, g.topics)
+            code, topics = _fetch_group(ctx, g.group_id, g.topics, require_stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return ctx.respond(throttle_time=0, groups=groups)
-    code, topics = _fetch_group(ctx, request.group_id, request.topics)
+    code, topics = _fetch_group(ctx, request.group_id, request.topics, require_stable)
     if ctx.version < TOP_LEVEL_ERROR_VERSION and code:
         for t in topics:  # v1 has no group-level error: every partition carries it
             t["partitions"] = [{**p, "error_code": code} for p in t["partitions"]]

@@ -105,6 +105,12 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                                               batch_error=True))
                 continue
             tp = TopicPartition(info.name, index)
+            txn = broker.transactions.transactional_producer(records) if broker.transactions is not None else None
+            if txn is not None:
+                code, message = await broker.transactions.verify_for_append(tp, request.transactional_id, *txn)
+                if code:
+                    parts.append(_partition_error(index, code, message))
+                    continue
             try:
                 result = broker.replicas.append(tp, records, required_acks=acks)
             except KafkaError as e:

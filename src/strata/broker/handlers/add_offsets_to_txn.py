@@ -1,0 +1,27 @@
+"""AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction.
+
+The producer then sends TxnOffsetCommit to the group coordinator; the offsets become the group's
+committed offsets only when the transaction commits (the marker on that partition applies them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group.coordinator import OFFSETS_TOPIC
+from strata.common import TopicPartition
+from strata.errors import ErrorCode
+
+ADD_OFFSETS_TO_TXN = 25
+
+
+@handles(ADD_OFFSETS_TO_TXN, 0, 4)
+async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    groups = ctx.broker.groups
+    if groups is None or (groups.clustered and not await groups.ensure_topic()):
+        return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    tp = TopicPartition(OFFSETS_TOPIC, groups.partition_for(request.group_id))
+    code = await ctx.broker.transactions.coordinator.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, [tp])
+    return ctx.respond(throttle_time=0, error_code=code)

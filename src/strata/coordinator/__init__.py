@@ -1,0 +1,1 @@
+"""Coordinators: the group and transaction state machines that sit below the wire layer."""
