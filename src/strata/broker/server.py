@@ -306,7 +306,7 @@ class Broker:
         await self.groups.start()
         self.transactions = TransactionService(
             self.config, self.replicas, self.topics, self.view, self.admin, self.producer_ids.next_id,
-            self.clock.milliseconds, self.cluster is not None, self.create_topic)
+            self.clock.milliseconds, self.cluster is not None, self.create_topic, lambda: self.config)
         self.transactions.on_offsets_marker = getattr(self.groups, "complete_transaction", None)
         self.transactions.start()
         if self.config.remote.enabled:

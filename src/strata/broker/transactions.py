@@ -32,7 +32,7 @@ from strata.client.wire import ADMIN_CLIENT_ID, WireError
 from strata.common import TopicPartition
 from strata.config.broker_config import BrokerConfig
 from strata.coordinator.transaction.coordinator import TransactionCoordinator
-from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
+from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC, TransactionState
 from strata.errors import ApiError, ErrorCode, KafkaError, KafkaStorageError
 from strata.log.producer_state import AppendOrigin
 from strata.log.reading import iter_log_records
@@ -43,6 +43,9 @@ log = logging.getLogger("strata.broker.transactions")
 
 WRITE_TXN_MARKERS = 27
 ADD_PARTITIONS_TO_TXN = 24
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+VERIFICATION_KEY = "transaction.partition.verification.enable"
 _TRANSACTIONAL = 0x10  # batch attributes bit 4
 _RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset({
     ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -58,8 +61,12 @@ class TransactionService:
 
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, topics: TopicRegistry, view: ClusterView,
                  admin: TopicAdmin, next_producer_id: Callable[[], Awaitable[int]], now_ms: Callable[[], int],
-                 clustered: bool, create_local_topic: Callable[[str, int, dict[str, str]], Any]) -> None:
+                 clustered: bool, create_local_topic: Callable[[str, int, dict[str, str]], Any],
+                 current_config: Callable[[], BrokerConfig] | None = None) -> None:
         self.config = config
+        self._current_config = current_config or (lambda: config)
+        self.now_ms = now_ms
+        self.hanging_aborted = 0
         self.replicas = replicas
         self.topics = topics
         self.view = view
@@ -73,11 +80,14 @@ class TransactionService:
                                                   partitions)
         self._connections: dict[int, tuple[AsyncBrokerConnection, asyncio.Lock]] = {}
         self._creating: asyncio.Lock | None = None
+        self._hanging_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.coordinator.start()
+        self._hanging_task = asyncio.get_running_loop().create_task(self._abort_hanging_periodically(),
+                                                                    name="txn-abort-hanging")
         if not self.clustered and self.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             self._load_all_local()
         elif self.clustered:  # partitions led before the coordinator started
@@ -86,6 +96,9 @@ class TransactionService:
                     self.on_leader(tp.partition, part.leader_epoch)
 
     async def stop(self) -> None:
+        if self._hanging_task is not None:
+            self._hanging_task.cancel()
+            await asyncio.gather(self._hanging_task, return_exceptions=True)
         await self.coordinator.stop()
         for conn, _ in self._connections.values():
             conn.close()
@@ -192,6 +205,8 @@ class TransactionService:
         producer's open transaction, so a stray transactional batch (a producer that never called
         AddPartitionsToTxn, a zombie, a late retry after an abort) cannot open a transaction no marker
         will ever close - which would pin the partition's LSO forever. (error code, message)."""
+        if not self.verification_enabled():
+            return ErrorCode.NONE, None
         if transactional_id is None:
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, \
                 "A transactional batch needs the produce request's transactional.id"
@@ -210,6 +225,94 @@ class TransactionService:
             return ErrorCode.NOT_ENOUGH_REPLICAS, ("Unable to verify the partition has been added to the "
                                                    f"transaction. Underlying error: {ErrorCode(code).name}")
         return code, None
+
+    def verification_enabled(self) -> bool:
+        """``transaction.partition.verification.enable`` as it is now (a dynamic broker config)."""
+        cfg = self._current_config()
+        for level in (cfg.dynamic_broker_configs, cfg.dynamic_default_configs, cfg.raw):
+            if VERIFICATION_KEY in level:
+                return str(level[VERIFICATION_KEY]).strip().lower() == "true"
+        return True
+
+    # -- transactions no coordinator knows: abort them -----------------------------------------
+
+    async def _abort_hanging_periodically(self) -> None:
+        interval = self.config.transactions.abort_timed_out_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.abort_hanging_transactions()
+            except Exception:
+                log.exception("checking for hanging transactions failed")
+
+    async def abort_hanging_transactions(self) -> int:
+        """Abort open transactions on partitions led here that no coordinator knows (hanging ones).
+
+        A transaction the coordinator knows ends by itself: committed, aborted, or aborted at its timeout.
+        One it does not know - written before verification existed, with verification turned off, or
+        left behind when ``__transaction_state`` lost its state - would hold the partition's LSO for ever:
+        read_committed consumers stall and the partition stops tiering. Kafka leaves that to an operator
+        (``kafka-transactions.sh find-hanging`` then ``abort``); here the leader does it itself once the
+        producer has been silent for longer than any transaction may last (``transaction.max.timeout.ms``)
+        and no coordinator lists an open transaction of that producer on the partition. Returns how many
+        transactions it aborted."""
+        now = self.now_ms()
+        max_timeout = self.config.transactions.max_timeout_ms
+        suspects: list[tuple[TopicPartition, int, int, int]] = []
+        for tp, part in list(self.replicas.partitions.items()):
+            if not part.is_leader:
+                continue
+            for pid, entry in list(part.log.producer_state.producers.items()):
+                if entry.current_txn_first_offset is not None and now - entry.last_timestamp > max_timeout:
+                    suspects.append((tp, pid, entry.producer_epoch, max(entry.coordinator_epoch, 0)))
+        aborted = 0
+        for tp, pid, epoch, coordinator_epoch in suspects:
+            if await self._known_to_a_coordinator(tp, pid):
+                continue
+            code = await self.write_marker(tp, pid, epoch, False, coordinator_epoch)
+            if code == ErrorCode.NONE:
+                aborted += 1
+                self.hanging_aborted += 1
+                log.warning("%s: aborted a hanging transaction of producer %d (epoch %d): no coordinator knows it "
+                            "and it has been silent for more than transaction.max.timeout.ms (%d ms)", tp, pid,
+                            epoch, max_timeout)
+            else:
+                log.warning("%s: aborting the hanging transaction of producer %d failed: %s", tp, pid,
+                            ErrorCode(code).name)
+        return aborted
+
+    async def _known_to_a_coordinator(self, tp: TopicPartition, producer_id: int) -> bool:
+        """Does any coordinator have an open transaction of ``producer_id`` including ``tp``? Errors count as
+        yes: aborting a live transaction would be far worse than waiting for the next check."""
+        open_states = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+        if self.coordinator.state.loading:
+            return True
+        for md in self.coordinator.state.all_metadata():
+            if md.producer_id == producer_id and md.state in open_states and tp in md.partitions:
+                return True
+        if not self.clustered:
+            return False
+        for broker in self.view.brokers():
+            node = broker["node_id"]
+            if node == self.config.node_id:
+                continue
+            try:
+                listed = await self._request(node, LIST_TRANSACTIONS, 0, state_filters=[],
+                                             producer_id_filters=[producer_id])
+                if listed.error_code:
+                    return True
+                ids = [t.transactional_id for t in listed.transaction_states
+                       if t.transaction_state in {s.kafka_name for s in open_states}]
+                if not ids:
+                    continue
+                described = await self._request(node, DESCRIBE_TRANSACTIONS, 0, transactional_ids=ids)
+            except (TimeoutError, WireError, OSError):
+                self._drop_connection(node)
+                return True
+            for t in described.transaction_states:
+                if t.error_code or any(tp.topic == d.topic and tp.partition in d.partitions for d in t.topics):
+                    return True
+        return False
 
     async def _verify(self, tp: TopicPartition, transactional_id: str, producer_id: int, producer_epoch: int) -> int:
         local = self.coordinator.state.get(transactional_id)

@@ -420,7 +420,6 @@ DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
     ConfigKey("max.connections.per.ip", "int", MAX_INT, at_least(0), _NO_EFFECT),
     ConfigKey("max.connections.per.ip.overrides", "string", "", None, _NO_EFFECT),
     ConfigKey("metric.reporters", "list", [], None, _NO_EFFECT),
-    ConfigKey("transaction.partition.verification.enable", "bool", True, None, _NO_EFFECT),
     ConfigKey("remote.log.manager.copy.max.bytes.per.second", "long", MAX_LONG, at_least(1), _NO_EFFECT),
     ConfigKey("remote.log.manager.fetch.max.bytes.per.second", "long", MAX_LONG, at_least(1), _NO_EFFECT),
     ConfigKey("leader.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),

@@ -30,6 +30,9 @@ TRANSACTION_KEYS = [
               "How often the coordinator aborts transactions left open past their timeout"),
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, at_least(1),
               "How often the coordinator forgets expired transactional ids"),
+    ConfigKey("transaction.partition.verification.enable", "bool", True, None,
+              "KIP-890: a partition leader takes a transaction's first batch only once the coordinator confirms "
+              "the partition is in the producer's open transaction (dynamic)"),
 ]
 
 
