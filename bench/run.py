@@ -1,7 +1,8 @@
 """``make bench``: local-log throughput against plain file I/O, and broker produce/consume
 throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin] [--reps N]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn]
+                                  [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
 Prints tables (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json and
@@ -28,6 +29,7 @@ import rejoin_bench
 import report as bench_report
 import spark_bench
 import tiered_bench
+import txn_bench
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
-                                           "rejoin"],
+                                           "rejoin", "txn"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "rejoin"):  # a new replica of a tiered topic copies the local tail only
         rejoin_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "txn"):  # transactional vs idempotent produce, read_committed vs read_uncommitted
+        txn_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

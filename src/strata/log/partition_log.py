@@ -217,6 +217,16 @@ class PartitionLog:
         return self.local_log.read(start_offset, max_length, min_one_message, max_metadata,
                                    self.local_log_start_offset)
 
+    def aborted_transactions_upper_bound(self, segment_base_offset: int) -> int:
+        """The bound of the aborted transactions a read needs, given the segment that served it (a read
+        returns batches of one segment): that segment's successor's base offset, or the LSO from the last
+        segment. Kafka bounds it the same way (``LocalLog.addAbortedTransactions``); the LSO for every read
+        made each read_committed fetch scan the transaction index of every later segment and return every
+        later abort."""
+        following = self.local_log.segments.higher(segment_base_offset)
+        bound = following.base_offset if following is not None else self.last_stable_offset
+        return min(bound, self.last_stable_offset)
+
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         aborted: list[AbortedTxn] = []
         for segment in self.local_log.segments.values_from(start_offset):

@@ -86,7 +86,8 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
         records = data.records
         if isolation is FetchIsolation.TXN_COMMITTED:
             # No records, nothing to filter: skip reading the segments' transaction indexes.
-            aborted = plog.collect_aborted_transactions(p.fetch_offset, plog.last_stable_offset) \
+            served = data.fetch_offset_metadata.segment_base_offset
+            aborted = plog.collect_aborted_transactions(p.fetch_offset, plog.aborted_transactions_upper_bound(served)) \
                 if records is not None and records.size else []
             out["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                            for a in aborted]

@@ -310,9 +310,10 @@ class TransactionCoordinator:
     # -- admin ----------------------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"transactional_id": transactional_id, "producer_id": -1, "producer_epoch": -1,
+        # Kafka fills an error entry with the schema's defaults (zeros), not with -1
+        out: dict[str, Any] = {"transactional_id": transactional_id, "producer_id": 0, "producer_epoch": 0,
                                "transaction_state": "", "transaction_timeout_ms": 0,
-                               "transaction_start_time_ms": -1, "topics": []}
+                               "transaction_start_time_ms": 0, "topics": []}
         if not self.active:
             return {**out, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
         if not transactional_id:
