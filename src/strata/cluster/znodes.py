@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from strata.common.hashing import java_string_hash
 from strata.common.types import TopicPartition
 from strata.log.checkpoints import topic_id_from_str, topic_id_to_str
 
@@ -160,12 +161,8 @@ _MASK32 = 0xFFFFFFFF
 
 
 def _java_string_hash(text: str) -> int:
-    """``String.hashCode`` over UTF-16 code units."""
-    units = text.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & _MASK32
-    return h
+    """``String.hashCode`` over UTF-16 code units, as an unsigned 32-bit int."""
+    return java_string_hash(text) & _MASK32
 
 
 def _signed32(h: int) -> int:

@@ -28,10 +28,10 @@ from strata.broker.group.records import (
     encode_group_metadata_value,
     encode_offset_commit_key,
     encode_offset_commit_value,
-    java_string_hash,
     partition_for,
     subscribed_topics,
 )
+from strata.common.hashing import java_string_hash
 from strata.errors import CorruptRecordError
 
 

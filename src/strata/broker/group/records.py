@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from strata.common.hashing import kafka_partition_for
 from strata.errors import CorruptRecordError
 from strata.protocol.records.varint import encode_uvarint
 
@@ -347,19 +348,9 @@ def decode_group_metadata_value(data: bytes | memoryview) -> GroupMetadataValue:
 
 # -- partitioning ---------------------------------------------------------------------------
 
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode``: over UTF-16 code units, wrapping to a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode()) % partitions`` (``Utils.abs(MIN_VALUE)`` is 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    return kafka_partition_for(group_id, partitions)
 
 
 # -- the embedded consumer protocol -----------------------------------------------------------
