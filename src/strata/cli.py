@@ -1,4 +1,5 @@
-"""The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``version``, and Kafka's tools.
+"""The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``transactions``, ``version``, and Kafka's
+tools.
 
 ``topics``, ``configs`` and ``consumer-groups`` take the flags of ``kafka-topics.sh``,
 ``kafka-configs.sh`` and ``kafka-consumer-groups.sh`` (``bin/`` has wrappers by those names); their
@@ -24,6 +25,7 @@ from typing import Any
 
 from strata import __version__
 from strata.tools.tiers import add_tiers_parser
+from strata.tools.transactions import add_transactions_parser
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 DEFAULT_DEMO_DIR = Path("data") / "demo"
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve, command_parser=serve)
 
     add_tiers_parser(commands, parents=[verbose])
+    add_transactions_parser(commands, parents=[verbose])
     _add_topics_parser(commands)
     _add_configs_parser(commands)
     _add_consumer_groups_parser(commands)

@@ -3,9 +3,13 @@
 Shared by the fast fuzz test in ``make test`` (``tests/broker/test_fuzz.py``, >= 10k frames) and the
 soak (``tests/reliability/test_fuzz_soak.py``, >= 100k frames). Three kinds of seed frames:
 
-- synthetic: valid requests of every served API across versions, built with kio;
+- synthetic: valid requests of every served API across versions, built with kio, the transaction
+  APIs included (:func:`transaction_seed_frames`: built around a transactional id the target really
+  initialised, so their valid replays reach the coordinator's and the log's success paths, not only
+  their error checks);
 - real client frames: what confluent-kafka, kafka-python and aiokafka actually sent during a
-  produce / consume-in-a-group / admin session, recorded by :class:`CaptureProxy`, a small asyncio
+  produce / consume-in-a-group / admin session (confluent-kafka's also commits and aborts a
+  transaction with its consumer's offsets), recorded by :class:`CaptureProxy`, a small asyncio
   TCP proxy the broker advertises as its address (so the clients keep talking through it after
   bootstrap);
 - the golden client batches (``tests/golden/client-batches``: compressed batches from the same three
@@ -33,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -40,12 +45,16 @@ from kio.serial import entity_reader
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient, decode_response, encode_request
 
+from strata.client.wire import ADMIN_CLIENT_ID
 from strata.protocol.frame import decode_request, request_class
 from strata.protocol.records import BatchBuilder
 
 MAX_REQUEST = 256 * 1024
 TOPIC = "fuzz-topic"
 REAL_TOPIC = "fuzz-real"
+TXN_ID = "fuzz-txn"  # the transaction the seeds add partitions to, produce in, commit and abort
+INIT_ID = "fuzz-txn-init"  # the id the InitProducerId seeds bump (each bump fences the older epochs)
+TXN_GROUP = "fuzz-grp-tx01"
 PING_TIMEOUT_S = 1.0
 PING_BASE = 0x40000000  # correlation ids of pings; seeds use small ones
 SIZE = struct.Struct(">i")
@@ -111,6 +120,93 @@ def seed_frames() -> list[bytes]:
     add(32, 4, include_synonyms=False, include_documentation=False, resources=[
         {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}])
     return out
+
+
+def _txn_batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+    for v in values:
+        b.append(v, key=b"k")
+    return b.build()
+
+
+def transaction_seed_frames(txn: tuple[int, int] = (0, 0), init: tuple[int, int] = (1, 0)) -> list[bytes]:
+    """Valid requests of the transaction APIs. ``txn`` is the (producer id, epoch) of ``TXN_ID``, ``init`` that
+    of ``INIT_ID`` (:func:`prepare_transaction` gets them from the target). The InitProducerId seeds (a
+    transactional id at each version, and KIP-360's re-initialisation) bump ``INIT_ID``, so that replaying
+    them does not fence the others, which work on ``TXN_ID``: AddPartitionsToTxn v3 and v4 (``verify_only``,
+    the broker-to-broker form, and without it), a transactional Produce, AddOffsetsToTxn, TxnOffsetCommit,
+    EndTxn (commit and abort), WriteTxnMarkers (from a client: refused; with the inter-broker client id:
+    written), DescribeTransactions, ListTransactions and DescribeProducers."""
+    pid, epoch = txn
+    out = []
+    corr = 1000
+
+    def add(key: int, version: int, client_id: str = "strata-test", **fields: object) -> None:
+        nonlocal corr
+        out.append(encode_request(key, version, corr, client_id=client_id, **fields))
+        corr += 1
+
+    for v in (0, 2, 3, 4, 5):
+        add(22, v, transactional_id=INIT_ID, transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
+    add(22, 4, transactional_id=INIT_ID, transaction_timeout=60_000, producer_id=init[0], producer_epoch=init[1])
+    for v in (0, 3):
+        add(24, v, v3_and_below_transactional_id=TXN_ID, v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch, v3_and_below_topics=[{"name": TOPIC, "partitions": [0]}])
+    for verify_only in (True, False):
+        add(24, 4, transactions=[{"transactional_id": TXN_ID, "producer_id": pid, "producer_epoch": epoch,
+                                  "verify_only": verify_only, "topics": [{"name": TOPIC, "partitions": [0]}]}])
+    for seq in (1, 2):  # the prepared transaction wrote sequence 0
+        add(0, 9, acks=-1, timeout=1000, transactional_id=TXN_ID, topic_data=[
+            {"name": TOPIC, "partition_data": [{"index": 0, "records": _txn_batch(pid, epoch, seq, b"txn")}]}])
+    add(25, 3, transactional_id=TXN_ID, producer_id=pid, producer_epoch=epoch, group_id=TXN_GROUP)
+    for v in (0, 3):
+        add(28, v, transactional_id=TXN_ID, group_id=TXN_GROUP, producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None, topics=[
+                {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                "committed_leader_epoch": -1, "committed_metadata": ""}]}])
+    for commit in (True, False):
+        add(26, 3, transactional_id=TXN_ID, producer_id=pid, producer_epoch=epoch, committed=commit)
+    for client_id in ("strata-test", ADMIN_CLIENT_ID):
+        add(27, 1, client_id=client_id, markers=[
+            {"producer_id": pid, "producer_epoch": epoch, "transaction_result": False, "coordinator_epoch": 0,
+             "topics": [{"name": TOPIC, "partition_indexes": [0]}]}])
+    add(65, 0, transactional_ids=[TXN_ID, INIT_ID, "fuzz-unknown"])
+    add(66, 0, state_filters=[], producer_id_filters=[])
+    add(66, 1, state_filters=["Ongoing"], producer_id_filters=[pid], duration_filter=0)
+    add(61, 0, topics=[{"name": TOPIC, "partition_indexes": [0, 1]},
+                       {"name": "fuzz-missing", "partition_indexes": [0]}])
+    return out
+
+
+def prepare_transaction(bootstrap: str, timeout_s: float = 30.0) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Initialise ``TXN_ID`` and ``INIT_ID`` on the target (creating ``__transaction_state``) and commit one
+    transaction of each, so the fuzzed transaction frames meet a coordinator that knows them; their
+    (producer id, epoch)."""
+    out = []
+    with WireClient(bootstrap, timeout_s) as wire:
+        for tid in (TXN_ID, INIT_ID):
+            deadline = time.monotonic() + timeout_s
+            while True:  # FindCoordinator creates __transaction_state on first use; its partitions then load
+                wire.call(10, 3, key=tid, key_type=1)
+                r = wire.call(22, 4, transactional_id=tid, transaction_timeout=60_000, producer_id=-1,
+                              producer_epoch=-1)
+                if int(r.error_code) == 0:
+                    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+                    break
+                assert time.monotonic() < deadline, f"InitProducerId for {tid}: error {int(r.error_code)}"
+                time.sleep(0.1)
+            r = wire.call(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                          v3_and_below_producer_epoch=epoch,
+                          v3_and_below_topics=[{"name": TOPIC, "partitions": [0]}])
+            assert [int(p.partition_error_code) for t in r.results_by_topic_v3_and_below
+                    for p in t.results_by_partition] == [0], r
+            r = wire.call(0, 9, acks=-1, timeout=10_000, transactional_id=tid, topic_data=[
+                {"name": TOPIC, "partition_data": [{"index": 0, "records": _txn_batch(pid, epoch, 0, b"prepared")}]}])
+            assert int(r.responses[0].partition_responses[0].error_code) == 0, r
+            assert int(wire.call(26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                 committed=True).error_code) == 0
+            out.append((pid, epoch))
+    return out[0], out[1]
 
 
 def golden_produce_frames() -> list[bytes]:
@@ -229,6 +325,7 @@ def _confluent_session(bootstrap: str, records: int) -> None:
             got += sum(1 for m in consumer.consume(500, 0.2) if m.error() is None)
         assert got >= records, got
         consumer.commit(asynchronous=False)
+        _confluent_transactions(bootstrap, consumer)
     finally:
         consumer.close()
     res = ConfigResource(ResourceType.TOPIC, REAL_TOPIC)
@@ -244,6 +341,26 @@ def _confluent_session(bootstrap: str, records: int) -> None:
     admin.describe_consumer_groups(["fuzz-grp-ck01"], request_timeout=10)["fuzz-grp-ck01"].result(30)
     admin.describe_cluster(request_timeout=10).result(30)
     admin.delete_topics(["fuzz-real-tmp"], operation_timeout=10)["fuzz-real-tmp"].result(30)
+
+
+def _confluent_transactions(bootstrap: str, consumer: Any) -> None:
+    """A transaction committed with the consumer's offsets (consume-transform-produce), then one aborted."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "fuzz-real-txn", "linger.ms": 5,
+                         "log_level": 3})
+    producer.init_transactions(30)
+    for commit in (True, False):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(REAL_TOPIC, key=b"t%d" % i, value=b"transactional %d" % i)
+        assert producer.flush(30) == 0
+        if commit:
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
 
 
 def _kafka_python_session(bootstrap: str, records: int) -> None:
@@ -612,20 +729,47 @@ def assert_broker_survived(broker: BrokerProcess) -> None:
 
 
 def real_client_still_works(bootstrap: str, topic: str = "after-fuzz") -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    """confluent-kafka still produces and consumes, and still runs transactions: one committed and one
+    aborted, read back with ``read_committed`` (only the committed records) and ``read_uncommitted`` (both)."""
+    from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "log_level": 3})
     for i in range(100):
         p.produce(topic, key=b"%d" % i, value=b"v%d" % i)
     assert p.flush(15) == 0
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "log_level": 3, "enable.auto.commit": False})
+    assert _read(bootstrap, topic, 100, "read_uncommitted") == [b"v%d" % i for i in range(100)]
+
+    txn_topic = f"{topic}-txn"
+    t = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn", "log_level": 3})
+    t.init_transactions(30)
+    for commit in (False, True):
+        t.begin_transaction()
+        for i in range(10):
+            t.produce(txn_topic, key=b"%d" % i, value=(b"committed-%d" if commit else b"aborted-%d") % i)
+        assert t.flush(30) == 0  # in the log before the abort (librdkafka drops what it has not sent yet)
+        if commit:
+            t.commit_transaction(30)
+        else:
+            t.abort_transaction(30)
+    committed = [b"committed-%d" % i for i in range(10)]
+    assert _read(bootstrap, txn_topic, 10, "read_committed") == committed
+    assert _read(bootstrap, txn_topic, 20, "read_uncommitted") == [b"aborted-%d" % i for i in range(10)] + committed
+
+
+def _read(bootstrap: str, topic: str, count: int, isolation: str, timeout_s: float = 30.0) -> list[bytes]:
+    """The first ``count`` values of partition 0 at ``isolation``, and nothing after them for a moment."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{isolation}", "log_level": 3,
+                  "enable.auto.commit": False, "isolation.level": isolation})
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         got: list[bytes] = []
-        deadline = time.monotonic() + 15
-        while len(got) < 100 and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout_s
+        while len(got) < count and time.monotonic() < deadline:
             got += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
-        assert got == [b"v%d" % i for i in range(100)]
+        got += [m.value() for m in c.consume(100, 0.5) if m.error() is None]  # none beyond them
+        return got
     finally:
         c.close()
 
@@ -640,11 +784,13 @@ class FuzzTarget:
                                                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.proxy.port}"})
         self.clients = clients
         self.capture: Capture | None = None
+        self.txn: tuple[tuple[int, int], tuple[int, int]] | None = None  # (producer id, epoch) of TXN_ID, INIT_ID
 
     def start(self) -> FuzzTarget:
         self.broker.start()
         self.proxy.target = ("127.0.0.1", self.broker.port or 0)
         ensure_topics(self.broker.bootstrap, TOPIC)
+        self.txn = prepare_transaction(self.broker.bootstrap)
         started = time.monotonic()
         self.capture = capture_real_frames(self.proxy, self.clients)
         print(f"captured {len(self.capture.frames)} real frames in {time.monotonic() - started:.1f}s: "
@@ -652,8 +798,9 @@ class FuzzTarget:
         return self
 
     def seeds(self) -> list[bytes]:
-        assert self.capture is not None
-        return seed_frames() + golden_produce_frames() + [f for _, f in self.capture.frames]
+        assert self.capture is not None and self.txn is not None
+        return (seed_frames() + transaction_seed_frames(*self.txn) + golden_produce_frames()
+                + [f for _, f in self.capture.frames])
 
     def stop(self) -> None:
         try:

@@ -39,6 +39,7 @@ from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.topics import TopicInfo, TopicRegistry
+from strata.broker.transaction_metrics import register_transaction_metrics
 from strata.broker.transactions import TransactionService
 from strata.cluster.node import ClusterNode
 from strata.cluster.zk import ZkUnavailableError
@@ -142,6 +143,7 @@ class Broker:
         self.metrics = Registry()
         self.stats = TieredStats(self.metrics)
         self.cluster_metrics = register_cluster_metrics(self.metrics, self.replicas, self.cluster, self.fetchers)
+        self.transaction_metrics = register_transaction_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.shutting_down = False
         self._server_sock: socket.socket | None = None
