@@ -48,6 +48,18 @@ _IDLE = (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT, TransactionSt
 
 
 @dataclass(frozen=True, slots=True)
+class _PreparedEnd:
+    """An EndTxn (or a coordinator's abort) checked and transitioned, its write still to be made."""
+
+    transactional_id: str
+    coordinator_epoch: int
+    metadata: TransactionMetadata
+    transit: TxnTransitMetadata
+    commit: bool
+    fencing: bool
+
+
+@dataclass(frozen=True, slots=True)
 class InitProducerIdResult:
     error_code: int
     producer_id: int = NO_PRODUCER_ID
@@ -146,6 +158,15 @@ class TransactionCoordinator:
                 new_pid = await self.next_producer_id()  # before preparing: nothing awaits in between
             except KafkaError as e:
                 return InitProducerIdResult(e.error_code)
+            # The wait let other requests, a re-election or an expiry run: look again.
+            again = self.state.get(transactional_id)
+            if isinstance(again, int):
+                return InitProducerIdResult(again)
+            if again is not None and again.coordinator_epoch != coordinator_epoch:
+                return InitProducerIdResult(ErrorCode.NOT_COORDINATOR)  # reloaded: the client looks it up again
+            if again is None or again.metadata is not md or md.state is TransactionState.DEAD:
+                return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)  # the client retries
+            coordinator_epoch = again.coordinator_epoch
         if md.pending:
             return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if expected is not None and not (md.producer_epoch == NO_PRODUCER_EPOCH or expected[0] == md.producer_id or (
@@ -159,8 +180,12 @@ class TransactionCoordinator:
             code = await self._end_transaction(transactional_id, fence.producer_id, fence.producer_epoch, False,
                                                from_client=False)
             return InitProducerIdResult(code if code != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS)
-        if md.state not in _IDLE:
-            raise RuntimeError(f"{transactional_id} found in state {md.state.name}")
+        if md.state not in _IDLE:  # Dead: expired meanwhile; PrepareEpochFence is never a settled state
+            return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if md.epoch_exhausted and new_pid is None:
+            # An exhausted epoch is only ever followed by a new producer id, and the caller's expected epoch
+            # was not the current one: it is fenced (Kafka 3.9 throws here instead).
+            return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
         transit: TxnTransitMetadata | None
         if new_pid is not None and md.epoch_exhausted:
             transit = md.prepare_producer_id_rotation(new_pid, timeout_ms, self.now_ms(), expected is not None)
@@ -229,6 +254,15 @@ class TransactionCoordinator:
 
     async def _end_transaction(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                                commit: bool, from_client: bool) -> int:
+        prepared = self._prepare_end(transactional_id, producer_id, producer_epoch, commit, from_client)
+        if isinstance(prepared, int):
+            return prepared
+        return await self._write_end(prepared)
+
+    def _prepare_end(self, transactional_id: str | None, producer_id: int, producer_epoch: int, commit: bool,
+                     from_client: bool) -> _PreparedEnd | int:
+        """Kafka's checks of ``endTransaction`` and the PrepareCommit/PrepareAbort transition, without awaiting:
+        the metadata is pending when this returns, so nothing can interleave before the write."""
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
         found = self.state.get(transactional_id)
@@ -242,7 +276,7 @@ class TransactionCoordinator:
             return self._undo_fence(md, fencing, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if not ((not from_client or producer_epoch == md.producer_epoch) and producer_epoch >= md.producer_epoch):
             return self._undo_fence(md, fencing, ErrorCode.PRODUCER_FENCED)
-        if md.pending and not fencing:
+        if md.pending and (not fencing or from_client):
             return ErrorCode.CONCURRENT_TRANSACTIONS
         state = md.state
         if state is TransactionState.ONGOING:
@@ -252,27 +286,30 @@ class TransactionCoordinator:
                 md.last_producer_epoch = NO_PRODUCER_EPOCH
             transit = md.prepare_abort_or_commit(
                 TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT, self.now_ms())
-        else:
-            if state is TransactionState.COMPLETE_COMMIT:
-                code = ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE
-            elif state is TransactionState.COMPLETE_ABORT:
-                code = ErrorCode.NONE if not commit else ErrorCode.INVALID_TXN_STATE
-            elif state is TransactionState.PREPARE_COMMIT:
-                code = ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
-            elif state is TransactionState.PREPARE_ABORT:
-                code = ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
-            else:  # Empty: no transaction to end
-                code = ErrorCode.INVALID_TXN_STATE
-            return self._undo_fence(md, fencing, code)
-        code = await self.state.append(transactional_id, coordinator_epoch, md, transit)
+            return _PreparedEnd(transactional_id, coordinator_epoch, md, transit, commit, fencing)
+        if state is TransactionState.COMPLETE_COMMIT:
+            code = ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE
+        elif state is TransactionState.COMPLETE_ABORT:
+            code = ErrorCode.NONE if not commit else ErrorCode.INVALID_TXN_STATE
+        elif state is TransactionState.PREPARE_COMMIT:
+            code = ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
+        elif state is TransactionState.PREPARE_ABORT:
+            code = ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
+        else:  # Empty: no transaction to end
+            code = ErrorCode.INVALID_TXN_STATE
+        return self._undo_fence(md, fencing, code)
+
+    async def _write_end(self, e: _PreparedEnd) -> int:
+        md = e.metadata
+        code = await self.state.append(e.transactional_id, e.coordinator_epoch, md, e.transit)
         if code != ErrorCode.NONE:
-            if fencing and self.state.owns_epoch(transactional_id, coordinator_epoch):
+            if e.fencing and self.state.owns_epoch(e.transactional_id, e.coordinator_epoch):
                 md.has_failed_epoch_fence = True  # the epoch stays bumped: a retried fence must not bump again
             return code
         crash_point("txn.after_prepare")  # decided and durable, no marker written yet
-        log.info("%s: %s of producer %d epoch %d decided; writing markers on %d partitions", transactional_id,
-                 "commit" if commit else "abort", md.producer_id, md.producer_epoch, len(md.partitions))
-        self.markers.add_txn_markers_to_send(coordinator_epoch, commit, md)
+        log.info("%s: %s of producer %d epoch %d decided; writing markers on %d partitions", e.transactional_id,
+                 "commit" if e.commit else "abort", md.producer_id, md.producer_epoch, len(md.partitions))
+        self.markers.add_txn_markers_to_send(e.coordinator_epoch, e.commit, md)
         return ErrorCode.NONE
 
     @staticmethod
@@ -284,15 +321,23 @@ class TransactionCoordinator:
     # -- timers ---------------------------------------------------------------------------------
 
     async def abort_timed_out_transactions(self) -> None:
+        """Fence and abort every transaction open past its timeout. The fence and the PrepareAbort transition
+        are prepared here, for all of them, before any write is awaited: a client's EndTxn arriving meanwhile
+        finds the transaction pending (CONCURRENT_TRANSACTIONS) and, retried, fenced."""
         for md in self.state.timed_out(self.now_ms()):
             if md.pending:
                 continue
             fence = md.prepare_fence_producer_epoch()
+            prepared = self._prepare_end(md.transactional_id, fence.producer_id, fence.producer_epoch, False,
+                                         from_client=False)
+            if isinstance(prepared, int):
+                log.warning("%s: aborting the timed-out transaction failed: %s", md.transactional_id,
+                            ErrorCode(prepared).name)
+                continue
             log.info("%s: transaction of producer %d open for more than %d ms: aborting it", md.transactional_id,
                      md.producer_id, md.txn_timeout_ms)
             self.timed_out_aborts += 1
-            task = asyncio.get_running_loop().create_task(self._end_transaction(
-                md.transactional_id, fence.producer_id, fence.producer_epoch, False, from_client=False))
+            task = asyncio.get_running_loop().create_task(self._write_end(prepared))
             self._aborts.add(task)
             task.add_done_callback(self._aborts.discard)
 
@@ -300,7 +345,9 @@ class TransactionCoordinator:
         now = self.now_ms()
         for md in self.state.expirable(now, self.config.transactional_id_expiration_ms):
             found = self.state.get(md.transactional_id)
-            if isinstance(found, int) or found is None or md.pending:
+            # each write awaits: the id may have been reloaded (a new metadata object), used or expired since
+            if isinstance(found, int) or found is None or found.metadata is not md or md.pending \
+                    or md not in self.state.expirable(self.now_ms(), self.config.transactional_id_expiration_ms):
                 continue
             code = await self.state.append(md.transactional_id, found.coordinator_epoch, md, md.prepare_dead())
             if code == ErrorCode.NONE:
@@ -350,8 +397,7 @@ class TransactionCoordinator:
                 continue
             if producer_ids and md.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and (md.state is not TransactionState.ONGOING
-                                         or now - md.txn_start_timestamp < min_duration_ms):
+            if min_duration_ms >= 0 and now - md.txn_start_timestamp <= min_duration_ms:  # Kafka's KIP-994 rule
                 continue
             out.append({"transactional_id": md.transactional_id, "producer_id": md.producer_id,
                         "transaction_state": md.state.kafka_name})

@@ -179,8 +179,8 @@ class TransactionMetadata:
         state = TransactionState.COMPLETE_COMMIT if self.state is TransactionState.PREPARE_COMMIT \
             else TransactionState.COMPLETE_ABORT
         self.has_failed_epoch_fence = False
-        return self._prepare(state, self.producer_id, self.producer_epoch, self.producer_epoch, self.txn_timeout_ms,
-                             frozenset(), self.txn_start_timestamp, now_ms)
+        return self._prepare(state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
+                             self.txn_timeout_ms, frozenset(), self.txn_start_timestamp, now_ms)
 
     def prepare_dead(self) -> TxnTransitMetadata:
         return self._prepare(TransactionState.DEAD, self.producer_id, self.producer_epoch, self.last_producer_epoch,

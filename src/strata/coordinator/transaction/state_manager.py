@@ -105,6 +105,11 @@ class TransactionStateManager:
                      transit: TxnTransitMetadata) -> int:
         """Write ``transit`` for the id, then apply it (or forget it on failure); a Kafka error code."""
         p = self.partition_for(transactional_id)
+        if self.owned.get(p) != coordinator_epoch:
+            # Re-elected (or resigned) since the caller read the metadata: writing would put a stale record
+            # in the log, which the new coordinator's cache does not have (Kafka checks before appending too).
+            md.abort_transition()
+            return ErrorCode.NOT_COORDINATOR
         value = None if transit.state is TransactionState.DEAD else encode_value(transit.to_log_value())
         try:
             await self.storage.append(p, encode_key(transactional_id), value)
