@@ -37,3 +37,17 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A tiering broker (``local`` backend) with a small transaction log, for the transactional Spark tests."""
+    from tests.tiered.harness import TieredBroker
+
+    b = TieredBroker(tmp_path_factory.mktemp("spark-txn-broker"), **{
+        "transaction.state.log.num.partitions": "3",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}).start()
+    try:
+        yield b
+    finally:
+        b.stop()

@@ -80,6 +80,7 @@ _SPECULATE_MIN = 16
 _SPECULATE_MAX = 1 << 16
 _SPECULATE_PATIENCE_MAX = 1024
 _INT32_LIMIT = 2**31 - 1
+_UNKNOWN_LAST = 2**63 - 1  # an aborted transaction whose marker offset is not known (a Fetch response's)
 _I16_PAIR = struct.Struct(">hh")
 # The 61-byte batch header as a numpy record (HEADER_STRUCT's layout), to read many at once.
 _HEADER_DTYPE = np.dtype([
@@ -155,11 +156,15 @@ class _ReadCommitted:
 
     Aborted transactions are consumed in first-offset order: reaching a batch moves every one that
     began at or before the batch's last offset into the aborted set, and the producer's ABORT
-    marker takes it out again, so its later transactions are read.
+    marker takes it out again, so its later transactions are read. A transaction whose marker
+    (``last_offset``) lies before the batch reached ended before this read began (a read starting
+    inside a segment, with the segment's whole list): it is dropped, as the broker leaves such a
+    transaction out of a Fetch response, so the producer's later transactions are not taken for it.
     """
 
     def __init__(self, aborted: Iterable[AbortedTxn], start_offset: int) -> None:
-        self._queue = [(int(t.first_offset), int(t.producer_id)) for t in aborted
+        self._queue = [(int(t.first_offset), int(t.producer_id),
+                        _UNKNOWN_LAST if t.last_offset is None else int(t.last_offset)) for t in aborted
                        if t.last_offset is None or t.last_offset >= start_offset]
         heapq.heapify(self._queue)
         self._aborted_producers: set[int] = set()
@@ -168,7 +173,9 @@ class _ReadCommitted:
         """Whether the (producer-id carrying) batch is dropped; control batches never are here."""
         queue = self._queue
         while queue and queue[0][0] <= header.last_offset:
-            self._aborted_producers.add(heapq.heappop(queue)[1])
+            _, producer_id, last = heapq.heappop(queue)
+            if last >= header.base_offset:
+                self._aborted_producers.add(producer_id)
         if abort_marker:
             self._aborted_producers.discard(header.producer_id)
             return False

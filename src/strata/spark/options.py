@@ -225,6 +225,11 @@ class SinkOptions:
     topic: str | None
     include_headers: bool
     producer_config: Mapping[str, str]
+    # Exactly-once (``transactional=true``): one Kafka transaction per task, transactional.id
+    # ``<prefix>-<Spark partition id>``, progress markers keyed by partition 0 of ``marker_topic``.
+    transactional: bool = False
+    transactional_id_prefix: str | None = None
+    marker_topic: str | None = None
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -233,10 +238,34 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     for key in _WRITE_FORBIDDEN:
         if key in opts:
             raise StrataOptionError(f"Kafka option '{key[len('kafka.'):]}' is not supported: values are bytes")
+    if "kafka.transactional.id" in opts:
+        raise StrataOptionError("Kafka option 'transactional.id' is not supported: every task needs its own; set "
+                                "the options 'transactional' to 'true' and 'transactional.id.prefix' instead")
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise StrataOptionError("option 'kafka.bootstrap.servers' must be specified for configuring the Kafka "
                                 "producer")
     producer = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
     topic = opts.get("topic", "").strip() or None  # the option overrides a ``topic`` column, as in Spark
-    return SinkOptions(bootstrap, topic, _bool(opts, "includeHeaders", True), producer)
+    transactional = _bool(opts, "transactional", False)
+    prefix = opts.get("transactional.id.prefix", "").strip() or None
+    marker_topic = opts.get("transactional.marker.topic", "").strip() or None
+    if not transactional:
+        given = [k for k, v in (("transactional.id.prefix", prefix), ("transactional.marker.topic", marker_topic)) if v]
+        if given:
+            raise StrataOptionError(f"option {given[0]!r} is set but 'transactional' is not 'true': the write would "
+                                    "be at-least-once")
+    else:
+        if prefix is None:
+            raise StrataOptionError("option 'transactional.id.prefix' must be set with 'transactional': each task "
+                                    "writes as transactional.id '<prefix>-<partition id>', so the prefix must be "
+                                    "unique to this write or streaming query and stable across its restarts")
+        if any(c.isspace() for c in prefix):
+            raise StrataOptionError(f"option 'transactional.id.prefix' must not contain whitespace, got {prefix!r}")
+        marker_topic = marker_topic or topic
+        if marker_topic is None:
+            raise StrataOptionError("option 'transactional.marker.topic' must name an existing topic when the "
+                                    "'topic' option is not set: the progress markers are committed offsets of its "
+                                    "partition 0")
+    return SinkOptions(bootstrap, topic, _bool(opts, "includeHeaders", True), producer, transactional, prefix,
+                       marker_topic)

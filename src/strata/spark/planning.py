@@ -8,6 +8,11 @@ partition per segment (big segments are cut at offset-index entries into pieces 
 chain), is read from the broker. Remote data wins even where a local copy still exists: every
 byte read from the store is a byte the broker does not serve.
 
+Under read_committed the plan also carries, for every remote slice, the aborted transactions it
+must drop: from the ``.txnindex`` of the segments read, and, for markers not uploaded yet (or in
+later segments), from one read_committed Fetch at the end of the remote range
+(:func:`_remote_aborted_transactions`). The tail's Fetch responses carry their own.
+
 In a cluster the plan names no broker: remote segments are read from the store whichever broker
 led when they were copied (the store and ``__remote_log_metadata`` are shared), and a broker slice
 fetches from whoever leads its partition when it runs, following the leadership if it moves
@@ -18,13 +23,14 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from strata.client.cluster import EARLIEST as EARLIEST_QUERY
 from strata.client.cluster import LATEST as LATEST_QUERY
-from strata.client.cluster import KafkaCluster, TopicInfo
+from strata.client.cluster import OFFSET_OUT_OF_RANGE, KafkaCluster, TopicInfo
 from strata.client.remote_metadata import RemoteLogMetadataReader
 from strata.spark.options import EARLIEST, LATEST, RSM_CLASS_KEY, RSM_PREFIX, OffsetSpec, SourceOptions
 from strata.spark.remote import OffsetIndexView, aborted_transactions, open_rsm, read_index
@@ -33,6 +39,7 @@ from strata.tiered.api import IndexType, RemoteLogSegmentMetadata, TopicIdPartit
 log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
+_EMPTY_FETCH_BACKOFF_S = 0.2
 
 
 class StrataDataLossError(RuntimeError):
@@ -358,7 +365,10 @@ def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicP
                 seg.positions = positions
     txns: dict[TopicPartitionKey, list[tuple[int, int, int]]] = {}
     if opts.isolation_level == 1 and store is not None:
-        txns = _remote_aborted_transactions(store, per_partition, chains)
+        txns, lost = _remote_aborted_transactions(cluster, opts, store, per_partition)
+        if lost:  # failOnDataLoss=false: the broker has deleted them (retention) since they were listed
+            per_partition = [(k, [seg for seg in segments if id(seg) not in lost], holes)
+                             for k, segments, holes in per_partition]
 
     for k, segments, holes in per_partition:
         for seg in segments:
@@ -373,27 +383,104 @@ def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicP
     return plan
 
 
-def _remote_aborted_transactions(store: object, per_partition: Sequence[tuple[TopicPartitionKey, list[_SegmentPlan],
-                                                                            list[tuple[int, int]]]],
-                                 chains: Mapping[TopicPartitionKey, Sequence[RemoteLogSegmentMetadata]],
-                                 ) -> dict[TopicPartitionKey, list[tuple[int, int, int]]]:
-    """Aborted transactions from the .txnindex of every remote segment from the first one read on.
+def _remote_aborted_transactions(cluster: KafkaCluster, opts: SourceOptions, store: object,
+                                 per_partition: Sequence[tuple[TopicPartitionKey, list[_SegmentPlan],
+                                                               list[tuple[int, int]]]],
+                                 ) -> tuple[dict[TopicPartitionKey, list[tuple[int, int, int]]], set[int]]:
+    """The aborted transactions a read_committed read of the remote segments must drop.
 
-    An ABORT marker can sit in a later segment than the data it aborts, so the indexes of the
-    segments after the last one read count too (KIP-1058 ``txn_idx_empty`` skips empty ones).
+    Kafka records an aborted transaction in the ``.txnindex`` of the segment holding its ABORT
+    marker, which may come after the data it aborts: in a later remote segment, or in the local
+    tail the broker has not uploaded yet (the marker is often in the active segment). So two
+    sources together give every transaction whose marker is at or after the first segment read:
+
+    - the ``.txnindex`` of each segment read, from the store (markers inside the range read;
+      KIP-1058's ``txn_idx_empty`` skips the empty ones without a request);
+    - for each run of contiguous segments read, one read_committed Fetch of the run's last offset
+      (one batch): the broker answers with the aborted transactions whose marker is at or after
+      that offset, from its remote indexes and then its local segments' (Kafka's
+      ``collectAbortedTransactions``, complete up to the last stable offset). Every record read is
+      below the plan's end, itself at most the LSO of plan time, so those markers exist already.
+
+    A Fetch answer carries no last offset: such an entry gets the run's last offset, a lower bound
+    of its real one, which is all a slice starting at or before it needs.
+
+    Returns the transactions per partition (producer id, first offset, last offset) and the
+    ``id()`` of segment plans to leave out: under ``failOnDataLoss=false``, runs the broker has
+    deleted since they were listed (with ``true`` that raises :class:`StrataDataLossError`).
     """
     out: dict[TopicPartitionKey, list[tuple[int, int, int]]] = {}
+    lost: set[int] = set()
+    indexed = [seg for _, segments, _ in per_partition for seg in segments if not seg.md.txn_idx_empty]
+    entries: dict[int, list[tuple[int, int, int]]] = {}
+    if indexed:
+        def read(seg: _SegmentPlan) -> list[tuple[int, int, int]]:
+            md = seg.md
+            return aborted_transactions(read_index(store, md, IndexType.TRANSACTION),  # type: ignore[arg-type]
+                                        f"{md.remote_log_segment_id}.txnindex")
+
+        with ThreadPoolExecutor(max_workers=min(8, len(indexed))) as pool:  # index reads overlap (S3 latency)
+            for seg, found in zip(indexed, pool.map(read, indexed), strict=True):
+                entries[id(seg)] = found
     for k, segments, _ in per_partition:
         if not segments:
             continue
-        first = segments[0].md.start_offset
-        todo = [md for md in chains.get(k, ()) if md.end_offset >= first and not md.txn_idx_empty]
-        entries: list[tuple[int, int, int]] = []
-        for md in todo:
-            entries.extend(aborted_transactions(read_index(store, md, IndexType.TRANSACTION),  # type: ignore[arg-type]
-                                                  f"{md.remote_log_segment_id}.txnindex"))
-        out[k] = entries
-    return out
+        txns: list[tuple[int, int, int]] = []
+        for seg in segments:
+            txns.extend(entries.get(id(seg), ()))
+        for run in _runs(segments):
+            last = run[-1].end - 1
+            found = _aborted_after(cluster, opts, k, last)
+            if found is None:
+                lost.update(id(seg) for seg in run)
+                continue
+            txns.extend((pid, first, last) for pid, first in found)
+        out[k] = sorted(set(txns))
+    return out, lost
+
+
+def _runs(segments: Sequence[_SegmentPlan]) -> list[list[_SegmentPlan]]:
+    """Segment plans split where the broker reads a hole between two of them."""
+    runs: list[list[_SegmentPlan]] = []
+    for seg in segments:
+        if runs and runs[-1][-1].end == seg.start:
+            runs[-1].append(seg)
+        else:
+            runs.append([seg])
+    return runs
+
+
+def _aborted_after(cluster: KafkaCluster, opts: SourceOptions, key: TopicPartitionKey,
+                   offset: int) -> list[tuple[int, int]] | None:
+    """(producer id, first offset) of the aborted transactions a read_committed Fetch at ``offset`` reports:
+    those whose ABORT marker is at or after ``offset``, wherever the broker keeps it (remote or local).
+
+    The broker reports them only with records, so an empty answer (a remote read that ran out of
+    ``remote.fetch.max.wait.ms``) is asked again, for up to ``kafka.request.timeout.ms``. None: the
+    offset was deleted meanwhile and ``failOnDataLoss`` is false.
+    """
+    topic, partition = key
+    deadline = time.monotonic() + opts.timeout_s
+    while True:
+        fetched = cluster.fetch(topic, partition, offset, max_bytes=1, isolation_level=1)
+        code = fetched.error_code
+        if code == OFFSET_OUT_OF_RANGE:
+            what = (f"offset {offset} of {topic}-{partition}, the end of remote segments planned to be read, "
+                    "was deleted before it was read")
+            if opts.fail_on_data_loss:
+                raise StrataDataLossError(f"{what}. {DATA_LOSS_HINT}")
+            log.warning("%s; its segments are skipped (failOnDataLoss=false)", what)
+            return None
+        if code != 0:
+            raise RuntimeError(f"read_committed Fetch of {topic}-{partition} at offset {offset} (for the aborted "
+                               f"transactions of its remote segments): error {code}")
+        if fetched.records:
+            return list(fetched.aborted)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no records from a read_committed Fetch of {topic}-{partition} at offset {offset} "
+                               f"for {opts.timeout_s:g} s: the aborted transactions of its remote segments are "
+                               "unknown")
+        time.sleep(_EMPTY_FETCH_BACKOFF_S)
 
 
 def _split_broker_slices(plan: Plan, min_partitions: int | None) -> None:

@@ -29,14 +29,20 @@ these defaults, and is checked on the driver too. A task succeeds only when ever
 produced was acknowledged; otherwise it fails with the first delivery error, and Spark retries it.
 Like Spark's Kafka sink this is at-least-once: a retried task or micro-batch writes its records
 again.
+
+With ``transactional=true`` (and ``transactional.id.prefix``) each task writes its rows as one Kafka
+transaction and commits a progress marker with them, so that, read with read_committed, every row
+is in the topic exactly once across task retries and micro-batch replays (:mod:`strata.spark.transactional`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from itertools import repeat
 from typing import Any
 
@@ -55,6 +61,11 @@ log = logging.getLogger(__name__)
 TOPIC, KEY, VALUE, PARTITION, HEADERS = "topic", "key", "value", "partition", "headers"
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000  # the Java producer's delivery.timeout.ms, which Spark users know
+# transactional=true: how long a task's transaction may stay open (the broker's transaction.max.timeout.ms
+# is 15 minutes by default). An attempt that dies leaves its transaction open until the next attempt
+# fences it, or this long; read_committed readers of the topic wait at its first offset meanwhile.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
+_DIGEST_MASK = (1 << 64) - 1
 _TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")
 _FLUSH_MARGIN_S = 30.0
 _UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner decides
@@ -89,11 +100,15 @@ class SinkColumns:
 
 @dataclass(frozen=True)
 class StrataWriterCommitMessage(WriterCommitMessage):
-    """What one task wrote: every record here was acknowledged by the broker."""
+    """What one task wrote: every record here was acknowledged by the broker (and, transactional, committed)."""
 
     records: int
     bytes: int  # keys + values (+ header keys and values)
     seconds: float
+    transactional_id: str | None = None  # transactional=true only, as the next three
+    run: str | None = None  # the streaming query's id, or the batch write's
+    batch: int | None = None  # the micro-batch id (0 for a batch write)
+    skipped: str | None = None  # why nothing was written: an earlier attempt or run committed these rows
 
 
 def _unsupported(name: str, t: DataType, expected: str) -> StrataSinkSchemaError:
@@ -138,11 +153,26 @@ def sink_columns(schema: StructType, topic_option: str | None) -> SinkColumns:
 
 
 def producer_config(options: SinkOptions) -> dict[str, str]:
-    """Strata's defaults, then every ``kafka.*`` option (without the prefix), then the bootstrap servers."""
+    """Strata's defaults, then every ``kafka.*`` option (without the prefix), then the bootstrap servers.
+
+    Transactional writes add ``transaction.timeout.ms`` (unless given) and keep the default delivery
+    timeout within it (librdkafka refuses a ``message.timeout.ms`` above it); the transactional.id is
+    each task's own.
+    """
     conf = {"enable.idempotence": "true", "acks": "all", "partitioner": "murmur2_random"}
     if not any(k in options.producer_config for k in _TIMEOUT_KEYS):
         conf["message.timeout.ms"] = str(DEFAULT_DELIVERY_TIMEOUT_MS)
+    if options.transactional and "transaction.timeout.ms" not in options.producer_config:
+        conf["transaction.timeout.ms"] = str(DEFAULT_TRANSACTION_TIMEOUT_MS)
     conf.update(options.producer_config)
+    if options.transactional and "message.timeout.ms" in conf and not any(k in options.producer_config
+                                                                           for k in _TIMEOUT_KEYS):
+        try:
+            within = min(int(conf["message.timeout.ms"]), int(conf["transaction.timeout.ms"]))
+        except ValueError:
+            pass  # librdkafka names the bad value when the options are checked
+        else:
+            conf["message.timeout.ms"] = str(within)
     conf["bootstrap.servers"] = options.bootstrap
     return conf
 
@@ -183,13 +213,22 @@ def _check_producer_config(conf: dict[str, str]) -> None:
 class _Sink:
     """Shared by the batch and the stream writer: parsed options and columns, nothing unpicklable."""
 
+    streaming = False
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = parse_sink_options(options)
         self.columns = sink_columns(schema, self.options.topic)
         self.conf = producer_config(self.options)
-        _check_producer_config(self.conf)
+        transactional = {"transactional.id": f"{self.options.transactional_id_prefix}-0"} \
+            if self.options.transactional else {}
+        _check_producer_config({**self.conf, **transactional})
+        # A batch write's run id, drawn on the driver: every attempt of its tasks has it (their markers
+        # say which write committed them); a streaming query's tasks use the query's id instead.
+        self.run_id = uuid.uuid4().hex
 
     def _write(self, batches: Iterator[Any]) -> StrataWriterCommitMessage:
+        if self.options.transactional:
+            return self._write_transactional(batches)
         started = time.monotonic()
         task = _TaskWriter(self.conf, self.columns, self.options.topic)
         try:
@@ -199,6 +238,28 @@ class _Sink:
         finally:
             task.close()
         return StrataWriterCommitMessage(task.records, task.bytes, time.monotonic() - started)
+
+    def _write_transactional(self, batches: Iterator[Any]) -> StrataWriterCommitMessage:
+        from pyspark import TaskContext
+
+        from strata.spark.transactional import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, TransactionalTask
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise StrataWriteError("transactional writes run in Spark tasks (no TaskContext)")
+        # A micro-batch is identified by its query's id (kept in the checkpoint) and batch id, also when a
+        # batch write runs inside ``foreachBatch`` (its jobs carry the micro-batch's properties), so a
+        # replayed micro-batch finds the markers of its first run; any other batch write by its own id.
+        query, batch_id = ctx.getLocalProperty(QUERY_ID_PROPERTY), ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        run, batch = self.run_id, 0
+        if query and batch_id is not None:
+            run, batch = query, int(batch_id)
+        elif self.streaming:
+            raise StrataWriteError(f"a streaming task without Spark's {QUERY_ID_PROPERTY!r} and "
+                                   f"{BATCH_ID_PROPERTY!r} properties cannot write exactly once")
+        task = TransactionalTask(self.conf, self.columns, self.options, partition=ctx.partitionId(), run=run,
+                                 batch=batch, streaming=self.streaming, micro_batch=run != self.run_id)
+        return task.run(batches)
 
 
 def _summary(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int, int]:
@@ -223,7 +284,10 @@ class StrataBatchWriter(_Sink, DataSourceArrowWriter):
 
 
 class StrataStreamWriter(_Sink, DataSourceStreamArrowWriter):
-    """``writeStream.format("strata")``: each micro-batch like a batch write (at-least-once, as Spark's)."""
+    """``writeStream.format("strata")``: each micro-batch like a batch write (at-least-once, as Spark's;
+    exactly once with ``transactional=true``)."""
+
+    streaming = True
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         return self._write(iterator)
@@ -231,6 +295,14 @@ class StrataStreamWriter(_Sink, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, records, size = _summary(messages)
         log.info("strata sink: batch %d: %d task(s) wrote %d record(s), %d byte(s)", batchId, tasks, records, size)
+        if self.options.transactional:
+            # Every task committed its transaction: the batch marker lets a replay of this batch (the
+            # driver dies before Spark records the batch in its commit log) skip it whatever its layout.
+            runs = {m.run for m in messages if isinstance(m, StrataWriterCommitMessage) and m.run}
+            if len(runs) == 1:
+                from strata.spark.transactional import commit_batch_marker
+
+                commit_batch_marker(self.options, runs.pop(), batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, records, size = _summary(messages)
@@ -239,9 +311,14 @@ class StrataStreamWriter(_Sink, DataSourceStreamArrowWriter):
 
 
 class _TaskWriter:
-    """One task's producer (opened at the first non-empty batch) and its delivery failures."""
+    """One task's producer (opened at the first non-empty batch) and its delivery failures.
 
-    def __init__(self, conf: dict[str, str], columns: SinkColumns, topic: str | None) -> None:
+    ``digest=True`` also sums a 64-bit hash of every row (topic, partition, key, value, headers):
+    the order-independent digest a transactional task's progress marker keeps.
+    """
+
+    def __init__(self, conf: dict[str, str], columns: SinkColumns, topic: str | None, *,
+                 digest: bool = False) -> None:
         self.conf = conf
         self.columns = columns
         self.topic = topic
@@ -251,6 +328,8 @@ class _TaskWriter:
         self.failed = 0
         self.records = 0
         self.bytes = 0
+        self.with_digest = digest
+        self.digest = 0
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -258,7 +337,7 @@ class _TaskWriter:
             if len(self.failures) < 5:
                 self.failures.append((err, msg.topic(), msg.partition()))
 
-    def _open(self) -> Any:
+    def open(self) -> Any:
         from confluent_kafka import Producer
 
         self.producer = Producer({**self.conf, "delivery.report.only.error": True,
@@ -270,13 +349,14 @@ class _TaskWriter:
             first = "; ".join(f"{t}[{p}]: {err.str()}" for err, t, p in self.failures)
             raise StrataWriteError(f"{self.failed} record(s) could not be written to Kafka: {first}")
 
-    def write_batch(self, batch: Any) -> None:
+    def write_batch(self, batch: Any, produce: bool = True) -> None:
+        """Produce the batch's rows (``produce=False``: only count them, and digest them if asked)."""
         n = batch.num_rows
         if n == 0:
             return
         import pyarrow.compute as pc
 
-        producer = self.producer or self._open()
+        producer = (self.producer or self.open()) if produce else None
         c = self.columns
         index = {name: i for i, name in enumerate(batch.schema.names)}
 
@@ -309,14 +389,20 @@ class _TaskWriter:
             partitions: Iterable[int] = pc.fill_null(part_col, _UNASSIGNED).to_pylist()
         else:
             partitions = repeat(_UNASSIGNED, n)
+        header_rows: list[Any] | None = None
         if c.headers:
-            headers, header_bytes = _headers(column(HEADERS).to_pylist())
+            header_rows, header_bytes = _headers(column(HEADERS).to_pylist())
             size += header_bytes
-            self._produce_with_headers(producer, topics, values, keys, partitions, headers)
-        else:
-            self._produce(producer, topics, values, keys, partitions)
-        producer.poll(0)
-        self._raise_failures()
+        if self.with_digest:  # materialised: the rows are walked twice
+            topics, values, keys, partitions = list(topics), values, list(keys), list(partitions)
+            self.digest = (self.digest + _digest(topics, partitions, keys, values, header_rows)) & _DIGEST_MASK
+        if producer is not None:
+            if header_rows is not None:
+                self._produce_with_headers(producer, topics, values, keys, partitions, header_rows)
+            else:
+                self._produce(producer, topics, values, keys, partitions)
+            producer.poll(0)
+            self._raise_failures()
         self.records += n
         self.bytes += size
 
@@ -393,6 +479,29 @@ class _TaskWriter:
             producer.purge()
             producer.flush(0)  # serve the purged messages' reports
         producer.close()
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
+def _digest(topics: Iterable[Any], partitions: Iterable[int], keys: Iterable[Any], values: Iterable[Any],
+            headers: Iterable[Any] | None) -> int:
+    """The sum (mod 2**64) of a 64-bit BLAKE2b hash of every row: equal for the same rows in any order."""
+    total = 0
+    for t, p, k, v, h in zip(topics, partitions, keys, values, headers if headers is not None else repeat(None),
+                             strict=False):
+        kb, vb = _as_bytes(k), _as_bytes(v)
+        d = blake2b(b"%s\x00%d\x00%d\x00%d\x00" % (t.encode(), p, -1 if kb is None else len(kb),
+                                                   -1 if vb is None else len(vb)), digest_size=8)
+        if kb:
+            d.update(kb)
+        if vb:
+            d.update(vb)
+        if h:
+            d.update(repr(h).encode())
+        total += int.from_bytes(d.digest(), "little")
+    return total & _DIGEST_MASK
 
 
 def _headers(rows: list[Any]) -> tuple[list[Any], int]:
