@@ -68,6 +68,8 @@ def test_describe_and_list_transactions_then_the_id_expires(expiring_broker: Bro
     assert int(described["never-seen"].error_code) == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
     assert int(described[""].error_code) == ErrorCode.INVALID_REQUEST
 
+    # EndTxn is answered at PrepareCommit; CompleteCommit follows once the markers are written
+    wait_until(lambda: _list(b)[2].get("done-one", (0, ""))[1] == "CompleteCommit", 10, "done-one complete")
     code, unknown, listed = _list(b)
     assert code == 0 and not unknown
     assert {k: v[1] for k, v in listed.items()} == {"open-one": "Ongoing", "done-one": "CompleteCommit"}
