@@ -107,7 +107,8 @@ def _check_store_matches_metadata(bootstrap: str, store: Path, topic: str = TOPI
                     if s.topic == topic and s.state == 1}  # COPY_SEGMENT_FINISHED
         ids = sorted(sid for ids in store_segments(store, topic).values() for sid in ids)
         last[:] = [(finished, ids)]
-        return sorted(finished) == ids
+        uploading = any(".tmp-" in f.name for f in store.glob(f"{topic}-*/*/*"))  # an upload in progress
+        return sorted(finished) == ids and not uploading
 
     try:
         wait_until(agree, 30, "the store and the finished remote segments agreeing")
@@ -115,10 +116,9 @@ def _check_store_matches_metadata(bootstrap: str, store: Path, topic: str = TOPI
         if not last:
             raise
         finished, ids = last[0]
-        raise AssertionError(f"store {ids} != metadata {sorted(finished)}") from None
+        temp = [f.name for f in store.glob(f"{topic}-*/*/*") if ".tmp-" in f.name]
+        raise AssertionError(f"store {ids} != metadata {sorted(finished)}, or temp files left: {temp}") from None
     finished = last[0][0]
-    temp = [f.name for f in store.glob(f"{topic}-*/*/*") if ".tmp-" in f.name]
-    assert not temp, f"temp files left in the store: {temp}"
     spans = sorted((s.start, s.end) for s in finished.values())
     assert len(set(spans)) == len(spans), f"a segment uploaded twice: {spans}"
     covered = spans[0][1] if spans else -1

@@ -16,7 +16,9 @@ PARTITIONS = 3
 
 
 def produce_numbered(b: TieredBroker, topic: str, count: int, start: int = 0) -> None:
-    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5,
+    # batches of at most 16 KiB: a segment then never exceeds its 64 KiB (a batch bigger than segment.bytes
+    # makes a segment of its own size, and the active one could hold a large share of the partition)
+    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 16384,
                          "compression.type": "none", "enable.idempotence": True})
     errors: list[object] = []
     for i in range(start, start + count):
@@ -67,11 +69,11 @@ def test_200k_records_read_back_exactly_mostly_from_remote(tiered: TieredBroker)
         assert len(got[p]) == n
     local_starts = {p: b.earliest_local_offset("big", p) for p in range(PARTITIONS)}
     from_remote = sum(local_starts.values())
-    # Only each partition's active segment is local: at most one 64 KiB segment (~8k of these small records)
-    # per partition, so at least ~87% came from remote storage (a partition may end just short of a roll).
+    # Only each partition's active segment is local: at most one 64 KiB segment (~900 of these records) per
+    # partition, so nearly everything came from remote storage.
     for p in range(PARTITIONS):
         assert sum(f.stat().st_size for f in b.log_dir("big", p).glob("*.log")) <= 64 * 1024, p
-    assert from_remote > 0.8 * RECORDS, local_starts
+    assert from_remote > 0.9 * RECORDS, local_starts
     fetched = {e["segment_id"] for e in read_events(b.remote_dir, "FETCH_SEGMENT")}
     copied = {e["segment_id"] for e in read_events(b.remote_dir, "COPY_SEGMENT")}
     assert fetched == copied  # every uploaded segment was read back
