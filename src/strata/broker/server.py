@@ -329,6 +329,9 @@ class Broker:
         self._background.append(loop.create_task(self._periodic(
             self.config.log_flush_offset_checkpoint_interval_ms or 60_000, self.logs.checkpoint, "checkpoint")))
         self._background.append(loop.create_task(self._periodic(1000, self.logs.flush_dirty_logs, "flush")))
+        self._background.append(loop.create_task(self._periodic(
+            self.config.producer_id_expiration_check_interval_ms,
+            lambda: self.logs.remove_expired_producers(self._producer_id_expiration_ms()), "producer-expiration")))
         if self.cluster is not None:
             lag_ms = self.config.cluster.replica_lag_time_max_ms
             self._background.append(loop.create_task(self._periodic(
@@ -478,6 +481,14 @@ class Broker:
             return info is not None and info.topic_id == tip.topic_id and tip.partition < info.partitions
 
         rlm.sweep_orphans(is_live)
+
+    def _producer_id_expiration_ms(self) -> int:
+        """``producer.id.expiration.ms`` as it is now: a dynamic broker config over the static one."""
+        cfg = self.config
+        for level in (cfg.dynamic_broker_configs, cfg.dynamic_default_configs):
+            if "producer.id.expiration.ms" in level:
+                return int(level["producer.id.expiration.ms"])
+        return cfg.producer_id_expiration_ms
 
     async def _periodic(self, interval_ms: int, fn: Any, name: str, initial_delay_ms: int | None = None) -> None:
         await asyncio.sleep((interval_ms if initial_delay_ms is None else initial_delay_ms) / 1000)

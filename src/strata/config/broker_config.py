@@ -54,7 +54,10 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("offsets.topic.segment.bytes", "int", 104_857_600, at_least(1), ""),
     ConfigKey("offsets.retention.minutes", "int", 7 * 24 * 60, at_least(1), ""),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600_000, at_least(1), ""),
-    ConfigKey("producer.id.expiration.ms", "int", 86_400_000, at_least(1), ""),
+    ConfigKey("producer.id.expiration.ms", "int", 86_400_000, at_least(1),
+              "A producer id idle this long (no open transaction) is forgotten by each partition (dynamic)"),
+    ConfigKey("producer.id.expiration.check.interval.ms", "int", 600_000, at_least(1),
+              "How often partitions look for expired producer ids"),
     # broker-wide defaults of topic configs
     ConfigKey("log.segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Default segment.bytes"),
     ConfigKey("log.roll.ms", "long", None, at_least(1), "Default segment.ms"),
@@ -142,6 +145,7 @@ class BrokerConfig:
     offsets_topic_segment_bytes: int
     offsets_retention_ms: int
     producer_id_expiration_ms: int
+    producer_id_expiration_check_interval_ms: int
     log_initial_task_delay_ms: int
     metrics_port: int
     metrics_host: str
@@ -202,6 +206,7 @@ class BrokerConfig:
             offsets_topic_segment_bytes=p["offsets.topic.segment.bytes"],
             offsets_retention_ms=p["offsets.retention.minutes"] * 60_000,
             producer_id_expiration_ms=p["producer.id.expiration.ms"],
+            producer_id_expiration_check_interval_ms=p["producer.id.expiration.check.interval.ms"],
             log_initial_task_delay_ms=p["log.initial.task.delay.ms"],
             metrics_port=p["metrics.port"],
             metrics_host=p["metrics.host"],

@@ -334,6 +334,20 @@ class LogManager:
                 {tp: p.high_watermark for tp, p in mine.items()})
         self._deleted_since_checkpoint.clear()
 
+    def remove_expired_producers(self, expiration_ms: int) -> int:
+        """Kafka's producer expiration check (every ``producer.id.expiration.check.interval.ms``): each log
+        forgets the producers idle for ``producer.id.expiration.ms`` (never one with an open transaction).
+        The value is passed on every pass, so a dynamic change applies at the next one. Returns how many."""
+        now = self._clock.milliseconds()
+        removed = 0
+        for plog in list(self._logs.values()):
+            state = plog.producer_state
+            state.producer_id_expiration_ms = expiration_ms
+            before = len(state.producers)
+            state.remove_expired_producers(now)
+            removed += before - len(state.producers)
+        return removed
+
     def cleanup_logs(self) -> int:
         """One retention pass over every log (``log.retention.check.interval.ms``)."""
         deleted = 0
