@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from strata.broker.group.manager import NO_PRODUCER_ID, GroupConfig, GroupMetadataManager, Record, TxnProducer
@@ -46,16 +46,12 @@ from strata.broker.group.timer import LoopTimer
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
 from strata.errors import CorruptRecordError, ErrorCode, KafkaError, KafkaStorageError
-from strata.log.partition_log import FetchIsolation
 from strata.log.producer_state import AppendOrigin
-from strata.log.reading import READ_BYTES
+from strata.log.reading import iter_log_batches
 from strata.protocol.records import (
     NO_SEQUENCE,
     BatchBuilder,
     ControlRecordType,
-    DecodedBatch,
-    decode_batch,
-    iter_batches,
 )
 
 if TYPE_CHECKING:
@@ -283,7 +279,7 @@ class GroupCoordinator:
         """
         in_partition = self._in_partition(tp.partition)
         start = plog.log_start_offset
-        for batch in _iter_log_batches(plog, start, end):
+        for batch in iter_log_batches(plog, start, end):
             header = batch.header
             if header.is_control:
                 try:
@@ -308,33 +304,3 @@ class GroupCoordinator:
             manager.replay(key, value, batch_offset, producer_id)
         except (CorruptRecordError, ValueError) as e:
             log.error("skipping unreadable record at %s offset %d: %s", tp, offset, e)
-
-
-def _iter_log_batches(plog: PartitionLog, start: int, end: int) -> Iterator[DecodedBatch]:
-    """The decoded batches (control batches included) overlapping ``[start, end)``.
-
-    :func:`strata.log.reading.iter_log_records` with the batch kept: replaying transactional offsets
-    needs each record's producer and the markers. A corrupt batch stops the iteration (logged), as
-    there: recovery already cut torn tails, and replaying past damage would build wrong state.
-    """
-    offset = max(start, plog.log_start_offset)
-    while offset < end:
-        data = plog.read(offset, READ_BYTES, FetchIsolation.LOG_END, min_one_message=True)
-        buf = data.records.read() if data.records is not None else b""
-        if not buf:
-            return
-        next_offset = offset
-        try:
-            for position, header in iter_batches(buf):
-                if header.next_offset <= offset:
-                    continue
-                if header.base_offset >= end:
-                    return
-                next_offset = header.next_offset
-                yield decode_batch(buf, position)
-        except CorruptRecordError as e:
-            log.error("stopped reading %s at offset %d: %s", plog.topic_partition, next_offset, e)
-            return
-        if next_offset <= offset:
-            return
-        offset = next_offset
