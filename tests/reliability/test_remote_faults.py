@@ -611,8 +611,11 @@ def run_injected_faults(b: FaultyBroker, window_s: float, chaos_s: float = 0.0) 
         report["remote_fetch_hang_known_failing"] = (round(fetch_s * 1e3), code, size)
         assert code == KAFKA_STORAGE_ERROR and fetch_s <= FETCH_MAX_WAIT_MS / 1000 + FETCH_MARGIN_S, report
         time.sleep(max(0.0, window_s - (time.monotonic() - started)))
-        assert b.copy_lag_segments("lat") > lag_start
-        assert b.op("copy")["faults"].get("hang", 0) >= 1
+        # A copy of a segment rolled in the window hangs (it is counted when it starts), and the lag gauge
+        # keeps rising while it does. Waited on, not read once: the window can end just after the roll,
+        # before the copy task's next run has reached the store.
+        wait_until("a copy to hang", lambda: b.op("copy")["faults"].get("hang", 0) >= 1, 30)
+        wait_until("the copy lag to rise while the copy hangs", lambda: b.copy_lag_segments("lat") > lag_start, 30)
 
         # torn uploads: a truncated .log uploaded, then the copy fails (fatal: cleaned at once;
         # retriable: left COPY_SEGMENT_STARTED, cleaned by the next run). Never FINISHED, never served.

@@ -54,7 +54,12 @@ def plan_expiration(segments: Iterable[RemoteLogSegmentMetadata], snap: LogSnaps
     cleanup_until = snap.now_ms - snap.retention_ms if snap.retention_ms > -1 else None
     remaining = 0
     if snap.retention_bytes >= 0:
-        total = snap.only_local_size + sum(md.segment_size_in_bytes for md in valid_finished)
+        # Only what the log still holds counts: a segment wholly below the log start is deleted in this
+        # pass anyway (a pass that moved the log start and then crashed, or failed, before its deletes
+        # leaves such segments FINISHED). Kafka counts them too, so retention.bytes then deletes live data
+        # the log had to keep (the crash suite saw fewer than retention.bytes bytes kept after a restart).
+        total = snap.only_local_size + sum(md.segment_size_in_bytes for md in valid_finished
+                                           if md.end_offset >= snap.log_start_offset)
         remaining = max(0, total - snap.retention_bytes)
     chosen: dict[object, RemoteLogSegmentMetadata] = {}
     log_start = snap.log_start_offset

@@ -81,6 +81,16 @@ def test_size_retention_counts_local_data_too() -> None:
     assert plan.new_log_start_offset == 10
 
 
+def test_size_retention_ignores_segments_below_the_log_start() -> None:
+    """A pass that moved the log start to 10 and died before deleting [0, 9]: the next pass deletes that
+    segment for the log start, and keeps 250 bytes of what the log holds (counting [0, 9] in the size
+    would delete [10, 19] too and keep 200)."""
+    segments = [seg(0, 9, {0: 0}), seg(10, 19, {0: 10}), seg(20, 29, {0: 20})]
+    plan = plan_expiration(segments, snapshot(retention_bytes=250, only_local_size=100, log_start_offset=10))
+    assert [md.start_offset for md in plan.to_delete] == [0]
+    assert plan.new_log_start_offset is None
+
+
 def test_log_start_breach_and_retries_and_copy_in_progress() -> None:
     below = seg(0, 9, {0: 0})
     half_deleted = seg(10, 19, {0: 10}, state=S.DELETE_SEGMENT_STARTED)
