@@ -202,7 +202,7 @@ def test_per_broker_configs_apply_live_are_reported_and_survive_a_restart(dyn_br
     broker = _describe(admin, ResourceType.BROKER, "1")
     assert (broker["log.retention.ms"].value, broker["log.retention.ms"].source) == (str(10 * HOUR_MS), DYN_BROKER)
     assert (broker["log.segment.bytes"].value, broker["log.segment.bytes"].source) == ("1073741824", DEFAULT_SRC)
-    assert "log.cleaner.threads" not in broker
+    assert (broker["log.cleaner.threads"].value, broker["log.cleaner.threads"].source) == ("1", DEFAULT_SRC)
 
 
 def test_read_only_and_invalid_broker_configs_are_refused(dyn_broker: BrokerProcess) -> None:

@@ -136,11 +136,14 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "preallocate": "log.preallocate",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
 }
 
 # Kafka broker keys that are topic synonyms but that Strata's server.properties does not accept
 # (so statically they can only ever be at their Kafka default, which equals the topic default).
-_EXTRA_BROKER_DEFAULTS = {"log.preallocate": "false", "log.cleaner.min.cleanable.ratio": "0.5"}
+_EXTRA_BROKER_DEFAULTS = {"log.preallocate": "false"}
 
 # Kafka's other ServerTopicConfigSynonyms: topic keys whose broker synonym Strata reports only once it is
 # set dynamically (the static reports of these keys predate dynamic configs and stay as they were).

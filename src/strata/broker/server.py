@@ -50,6 +50,7 @@ from strata.config.broker_config import BrokerConfig
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
+from strata.log.cleaner.log_cleaner import LogCleaner
 from strata.log.manager import LogManager
 from strata.replication.fetcher import ReplicaFetcherManager
 from strata.replication.replica_manager import ReplicaManager
@@ -141,6 +142,7 @@ class Broker:
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.metrics = Registry()
+        self.log_cleaner: LogCleaner | None = None
         self.stats = TieredStats(self.metrics)
         self.cluster_metrics = register_cluster_metrics(self.metrics, self.replicas, self.cluster, self.fetchers)
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
@@ -297,6 +299,10 @@ class Broker:
     async def start(self) -> None:
         handlers()  # import every handler module before the first request
         self.logs.startup()
+        loop = asyncio.get_running_loop()
+        self.log_cleaner = LogCleaner(self.config.cleaner, self.logs.cleaner_manager, self.clock,
+                                      loop.call_soon_threadsafe, self.metrics)
+        self.log_cleaner.start()
         if self.cluster is not None:
             await self._join_cluster()
         else:
@@ -524,6 +530,9 @@ class Broker:
             task.cancel()
         self.replicas.wake_all()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
+        if self.log_cleaner is not None:
+            # Off the loop: a cleaner thread waiting for the loop (a selection, a swap) must get it to stop.
+            await asyncio.to_thread(self.log_cleaner.shutdown)
         if self.fetchers is not None:
             await self.fetchers.close()
         if self.member is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from strata.config.cleaner_config import CLEANER_KEYS, CLEANER_TOPIC_DEFAULTS, CleanerConfig
 from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
@@ -89,6 +90,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     *REMOTE_LOG_KEYS,
     *CLUSTER_KEYS,
     *TRANSACTION_KEYS,
+    *CLEANER_KEYS,
 ])
 
 # Kafka keys that configure machinery a single asyncio process does not have.
@@ -154,6 +156,7 @@ class BrokerConfig:
     transactions: TransactionConfig
     log_config: LogConfig
     raw: Mapping[str, str]
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     # Dynamic broker configs (strata.broker.dynamic_config): what AlterConfigs stored for this broker
     # (resource "1") and cluster-wide (resource ""), as strings. ``raw`` stays the static config; only a
     # broker that can change them at run time (``dynamic_configs_enabled``) reports dynamic keys as writable.
@@ -213,6 +216,7 @@ class BrokerConfig:
             remote=RemoteLogManagerConfig.from_parsed(p, props),
             cluster=ClusterConfig.from_parsed(p),
             transactions=TransactionConfig.from_parsed(p),
+            cleaner=CleanerConfig.from_parsed(p),
             log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )
@@ -294,6 +298,7 @@ def _log_config_from(p: Mapping[str, Any]) -> LogConfig:
         "flush.ms": flush_ms,
         "min.insync.replicas": p["min.insync.replicas"],
         "unclean.leader.election.enable": p["unclean.leader.election.enable"],
+        **{topic: p[broker] for topic, broker in CLEANER_TOPIC_DEFAULTS.items()},
     })
 
 
@@ -382,10 +387,6 @@ DYNAMIC_THREAD_COUNT_CONFIGS = DYNAMIC_THREAD_POOL_CONFIGS | {
 
 # Dynamic broker keys that map to a topic config but that server.properties does not take: broker key -> topic key.
 DYNAMIC_ONLY_TOPIC_SYNONYMS: dict[str, str] = {
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
-    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.preallocate": "preallocate",
     "log.message.downconversion.enable": "message.downconversion.enable",
     "compression.gzip.level": "compression.gzip.level",
@@ -408,12 +409,6 @@ DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
     ConfigKey("log.message.format.version", "string", "3.0-IV1", None, "Accepted; batches are stored as produced"),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", MAX_LONG, at_least(0),
               "Accepted (deprecated in Kafka); see log.message.timestamp.before/after.max.ms"),
-    ConfigKey("log.cleaner.threads", "int", 1, at_least(0), _NO_EFFECT),
-    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 128 * 1024 * 1024, None, _NO_EFFECT),
-    ConfigKey("log.cleaner.io.buffer.load.factor", "double", 0.9, None, _NO_EFFECT),
-    ConfigKey("log.cleaner.io.buffer.size", "int", 512 * 1024, at_least(0), _NO_EFFECT),
-    ConfigKey("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, None, _NO_EFFECT),
-    ConfigKey("log.cleaner.backoff.ms", "long", 15_000, at_least(0), _NO_EFFECT),
     ConfigKey("num.io.threads", "int", 8, at_least(1), _NO_EFFECT),
     ConfigKey("num.network.threads", "int", 3, at_least(1), _NO_EFFECT),
     ConfigKey("num.recovery.threads.per.data.dir", "int", 1, at_least(1), _NO_EFFECT),

@@ -64,11 +64,13 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("flush.ms", "long", 2**63 - 1, at_least(0), "fsync after this long"),
     ConfigKey("min.insync.replicas", "int", 1, at_least(1), ""),
     ConfigKey("preallocate", "bool", False, None, "Accepted for compatibility; segments are not preallocated"),
-    ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, between(0, 1), "Accepted for compatibility"),
-    # Accepted and stored so tools that set them work; compaction and replication are not implemented yet.
-    ConfigKey("delete.retention.ms", "long", DAY_MS, at_least(0), "Accepted for compatibility (compaction)"),
-    ConfigKey("min.compaction.lag.ms", "long", 0, at_least(0), "Accepted for compatibility (compaction)"),
-    ConfigKey("max.compaction.lag.ms", "long", 2**63 - 1, at_least(1), "Accepted for compatibility (compaction)"),
+    ConfigKey("min.cleanable.dirty.ratio", "double", 0.5, between(0, 1),
+              "Compacted topics: clean once this share of the log is not yet cleaned"),
+    ConfigKey("delete.retention.ms", "long", DAY_MS, at_least(0),
+              "Compacted topics: how long tombstones and transaction markers stay after their first cleaning"),
+    ConfigKey("min.compaction.lag.ms", "long", 0, at_least(0), "Compacted topics: records younger stay uncompacted"),
+    ConfigKey("max.compaction.lag.ms", "long", 2**63 - 1, at_least(1),
+              "Compacted topics: records older are compacted even below min.cleanable.dirty.ratio"),
     ConfigKey("unclean.leader.election.enable", "bool", False, None,
               "Cluster mode: elect an out-of-sync replica when no in-sync one is alive (loses records)"),
     ConfigKey("compression.gzip.level", "int", -1, between(-1, 9), "Accepted; batches are stored as produced"),
@@ -226,6 +228,14 @@ class LogConfig:
                 if local > total:
                     raise InvalidConfigError(f"Value must not be more than {name.replace('local.', '')} "
                                              f"property value: {local} > {total}: {name}")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's ``maxSegmentMs``: a compacted topic rolls by ``max.compaction.lag.ms`` too, so a record
+        never waits in the active segment (which is never cleaned) longer than that lag."""
+        if "compact" in self.cleanup_policy and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     @property
     def local_retention_ms_effective(self) -> int:

@@ -42,3 +42,8 @@ class TransactionCoordinatorFencedError(InvalidTxnStateError):
     """An end-transaction marker from a coordinator older than the one already seen (Kafka's code 52)."""
 
     error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class CleaningAbortedError(Exception):
+    """A log cleaning stopped on purpose (shutdown, or the log truncated, moved or deleted meanwhile):
+    the log is left as it was, nothing failed."""

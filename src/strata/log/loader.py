@@ -1,8 +1,8 @@
 """Open a partition directory: Kafka's ``LogLoader``.
 
-1. Remove leftovers: ``.deleted`` files (deletion was already decided), ``.cleaned``/``.swap``
-   (we never compact, so they are never ours to resume), ``.tmp`` checkpoint halves, and index
-   files with no ``.log``.
+1. Remove leftovers: ``.deleted`` files (deletion was already decided), ``.cleaned`` files (a
+   cleaning that had not begun its swap), ``.tmp`` checkpoint halves and index files with no
+   ``.log``; complete a swap a crash interrupted (``.swap`` files, Kafka's protocol).
 2. Open every segment; one whose indexes are missing or fail the sanity check is rebuilt.
 3. After an unclean shutdown, recover every segment from the recovery point: re-check every
    batch's CRC, rebuild the indexes, cut a torn tail, and drop any segment after a corrupt one
@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from pathlib import Path
 
 from strata.common import Clock, Scheduler, TopicPartition
@@ -20,6 +22,7 @@ from strata.config import LogConfig
 from strata.errors import KafkaStorageError
 from strata.log.checkpoints import LeaderEpochCheckpointFile
 from strata.log.errors import CorruptCheckpointError, CorruptIndexError, LogStateError
+from strata.log.file_records import FileRecords
 from strata.log.files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -36,7 +39,7 @@ from strata.log.local_log import LocalLog
 from strata.log.partition_log import PartitionLog
 from strata.log.producer_state import ProducerStateManager
 from strata.log.producers import rebuild_producer_state
-from strata.log.segment import LogSegment
+from strata.log.segment import INVALID_DATA, LogSegment
 from strata.log.segments import LogSegments
 from strata.protocol.records import BatchHeader
 
@@ -126,15 +129,77 @@ def _rebuild_leader_epochs(epochs: LeaderEpochFileCache, segments: LogSegments, 
 
 
 def _remove_temporary_files(directory: Path) -> None:
+    """Leftovers of interrupted work, as Kafka's ``LogLoader`` treats them.
+
+    ``.deleted``: a deletion already decided. ``.cleaned``: a cleaning that had not begun its swap - the
+    old segments are intact, so the new ones go (and so does any ``.swap`` at or above the lowest of them,
+    the rest of that same unfinished swap). The remaining ``.swap`` files are a swap that had begun:
+    every old segment it replaces (any segment file with a base offset in the swap's offset range) is
+    deleted and the ``.swap`` files take their live names, completing it.
+    """
+    cleaned_bases: list[int] = []
+    swaps: list[Path] = []
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith((DELETED_SUFFIX, ".tmp")):
+            log.info("removing leftover file %s", path)
+            path.unlink(missing_ok=True)
+        elif name.endswith(CLEANED_SUFFIX):
+            with contextlib.suppress(ValueError):
+                cleaned_bases.append(offset_from_file_name(name))
+            log.info("removing %s: a cleaning interrupted before its swap", path)
+            path.unlink(missing_ok=True)
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(path)
+    min_cleaned = min(cleaned_bases, default=None)
+    kept = []
+    for path in swaps:
+        if min_cleaned is not None and offset_from_file_name(path.name) >= min_cleaned:
+            log.info("removing %s: part of a swap interrupted before it began", path)
+            path.unlink(missing_ok=True)
+        else:
+            kept.append(path)
+    if kept:
+        _complete_swaps(directory, kept)
     logs = {p.name[: -len(LOG_SUFFIX)] for p in directory.glob(f"*{LOG_SUFFIX}")}
     for path in directory.iterdir():
         name = path.name
-        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
-            log.info("removing leftover file %s", path)
-            path.unlink(missing_ok=True)
-        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)) and name.split(".")[0] not in logs:
+        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)) and name.split(".")[0] not in logs:
             log.warning("removing index file %s that has no log file", path)
             path.unlink(missing_ok=True)
+
+
+def _complete_swaps(directory: Path, swaps: list[Path]) -> None:
+    low, high = None, None
+    for path in swaps:
+        if not path.name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        base = offset_from_file_name(path.name)
+        end = base
+        records = FileRecords(path)
+        try:
+            with contextlib.suppress(*INVALID_DATA):
+                for _, header in records.iter_headers(0):
+                    end = header.next_offset
+        finally:
+            records.close()
+        low = base if low is None else min(low, base)
+        high = end if high is None else max(high, end)
+    if low is not None and high is not None:
+        for path in directory.iterdir():
+            if path.name.endswith(SWAP_SUFFIX) or not path.is_file():
+                continue
+            try:
+                offset = offset_from_file_name(path.name)
+            except ValueError:
+                continue
+            if low <= offset < high:
+                log.info("deleting %s: a cleaning replaced it, its swap was interrupted", path)
+                path.unlink(missing_ok=True)
+    for path in swaps:
+        final = path.with_name(path.name[: -len(SWAP_SUFFIX)])
+        log.info("completing the interrupted swap of %s", final.name)
+        os.replace(path, final)
 
 
 def _open_segments(directory: Path, config: LogConfig, clock: Clock, recovery_point: int | None) -> LogSegments:

@@ -37,6 +37,7 @@ from strata.log.checkpoints import (
     PartitionMetadataFile,
     atomic_write,
 )
+from strata.log.cleaner.manager import LogCleanerManager
 from strata.log.files import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT,
@@ -96,6 +97,8 @@ class LogManager:
         self._deferring = 0  # depth of deferred_checkpoint() blocks
         self.moving: dict[TopicPartition, tuple[Path, Path]] = {}  # tp -> (target log dir, its -future dir)
         self._deleted_since_checkpoint: set[TopicPartition] = set()
+        # The log cleaner's view of the logs (their clean offsets); its threads are the broker's to start.
+        self.cleaner_manager = LogCleanerManager(self.log_dirs, lambda: self._logs, self.log_dir_of)
 
     # -- startup and shutdown ------------------------------------------------------------------
 
@@ -106,6 +109,7 @@ class LogManager:
             self._schedule_dir_removal(path, 0)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
+        self.cleaner_manager = LogCleanerManager(self.log_dirs, lambda: self._logs, self.log_dir_of)
         self.checkpoint()
 
     def _load_dir(self, log_dir: Path) -> None:
@@ -138,6 +142,7 @@ class LogManager:
                 remote_log_enabled=self._remote_enabled(tp.topic),
             )
             self._dir_of[tp] = log_dir
+            self._logs[tp].on_truncated = self._log_truncated
         marker.unlink(missing_ok=True)
 
     def shutdown(self) -> None:
@@ -185,6 +190,7 @@ class LogManager:
             PartitionMetadataFile(path / PARTITION_METADATA).write(topic_id)
         plog = load_partition_log(path, tp, config or self._config_for(tp.topic), self._clock, self._scheduler,
                                   had_clean_shutdown=True, remote_log_enabled=self._remote_enabled(tp.topic))
+        plog.on_truncated = self._log_truncated
         self._logs[tp] = plog
         self._dir_of[tp] = log_dir
         log.info("created log for %s in %s", tp, log_dir)
@@ -234,6 +240,7 @@ class LogManager:
             plog = self._logs.pop(tp, None)
             if plog is None:
                 continue
+            self.cleaner_manager.remove_partition(tp)
             self._dir_of.pop(tp, None)
             self._deleted_since_checkpoint.add(tp)
             deleted = True
@@ -301,8 +308,13 @@ class LogManager:
                                   high_watermark=high_watermark, had_clean_shutdown=True,
                                   remote_log_enabled=remote_enabled)
         plog.update_highest_offset_in_remote_storage(highest_remote)
+        plog.on_truncated = self._log_truncated
+        clean_offset = self.cleaner_manager.all_cleaner_checkpoints().get(tp)
+        self.cleaner_manager.remove_partition(tp)
         self._logs[tp] = plog
         self._dir_of[tp] = target_dir
+        if clean_offset is not None:  # the clean offset moves with the log to its new directory
+            self.cleaner_manager.update_checkpoint(tp, clean_offset)
         self.checkpoint()
         self._schedule_dir_removal(moved, old.config.file_delete_delay_ms)
         log.info("moved %s to %s", tp, target_dir)
@@ -314,11 +326,18 @@ class LogManager:
                                   high_watermark=old.high_watermark, had_clean_shutdown=True,
                                   remote_log_enabled=old.remote_log_enabled)
         plog.update_highest_offset_in_remote_storage(old.highest_offset_in_remote_storage)
+        plog.on_truncated = self._log_truncated
         return plog
 
     def _schedule_dir_removal(self, path: Path, delay_ms: int) -> None:
         self._scheduler.schedule(f"delete-dir-{path.name}", lambda: shutil.rmtree(path, ignore_errors=True),
                                  delay_ms)
+
+    def _log_truncated(self, tp: TopicPartition, offset: int) -> None:
+        """A cleaning of the log stops (its swap would be refused anyway) and its clean offset may not
+        stay past the truncation (Kafka's ``LogManager.truncateTo``)."""
+        self.cleaner_manager.abort_cleaning(tp)
+        self.cleaner_manager.maybe_truncate_checkpoint(tp, offset)
 
     # -- periodic work -------------------------------------------------------------------------
 

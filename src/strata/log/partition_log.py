@@ -11,6 +11,8 @@ on, a segment leaves the local disk only once its last offset is in remote stora
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 
@@ -19,7 +21,9 @@ from strata.common.crashpoints import crash_point
 from strata.config import LogConfig
 from strata.errors import OffsetOutOfRangeError
 from strata.log import retention
+from strata.log.errors import CleaningAbortedError
 from strata.log.file_records import FetchDataInfo, LogOffsetMetadata
+from strata.log.files import CLEANED_SUFFIX, SWAP_SUFFIX
 from strata.log.leader_epoch import LeaderEpochFileCache
 from strata.log.local_log import LocalLog
 from strata.log.producer_state import AppendOrigin, ProducerStateManager
@@ -35,6 +39,15 @@ from strata.log.validator import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make renames in ``directory`` durable (Kafka's ``Utils.flushDir``)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class FetchIsolation(IntEnum):
@@ -82,6 +95,9 @@ class PartitionLog:
         self._high_watermark = LogOffsetMetadata(self.log_start_offset)
         self.update_high_watermark(self.log_end_offset if high_watermark is None else high_watermark)
         self._unflushed_messages = 0
+        # Called with (topic partition, offset) after a truncation: the log manager's hook, so the
+        # log cleaner aborts a cleaning of the truncated range and its clean offset stays within the log.
+        self.on_truncated: Callable[[TopicPartition, int], None] | None = None
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -387,6 +403,7 @@ class PartitionLog:
             self.truncate_fully_and_start_at(offset)
             return True
         log.info("truncating %s to %d (log end %d)", self.topic_partition, offset, self.log_end_offset)
+        self._notify_truncated(offset)
         self.local_log.truncate_to(offset)
         self.leader_epoch_cache.truncate_from_end(offset)
         rebuild_producer_state(self.local_log, self.producer_state, self.log_start_offset)
@@ -394,10 +411,15 @@ class PartitionLog:
             self.update_high_watermark(offset)
         return True
 
+    def _notify_truncated(self, offset: int) -> None:
+        if self.on_truncated is not None:
+            self.on_truncated(self.topic_partition, offset)
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the local log and restart it at ``offset`` (a follower far behind its leader's log
         start, or a replica built from the remote tier)."""
         log.info("truncating %s fully, restarting at %d", self.topic_partition, offset)
+        self._notify_truncated(offset)
         self.local_log.truncate_full_and_start_at(offset)
         self.leader_epoch_cache.clear_and_flush()
         self.producer_state.truncate_full_and_start_at(offset)
@@ -427,6 +449,49 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self._increment_log_start_offset(min(offset, self.high_watermark))
             self._delete_segments(retention.log_start_breached(self._retention_view()), "log start offset breach")
+
+    # -- log cleaner (Kafka ``UnifiedLog.replaceSegments``) -------------------------------------
+
+    def check_segments_unchanged(self, old: list[LogSegment], sizes: list[int]) -> None:
+        """Raise CleaningAbortedError unless ``old`` are still this log's non-active segments, unchanged."""
+        segments = self.local_log.segments
+        active = segments.active
+        for segment, size in zip(old, sizes, strict=True):
+            if segments.get(segment.base_offset) is not segment or segment.size != size or segment is active:
+                raise CleaningAbortedError(f"{self.topic_partition}: segment {segment.base_offset} changed while "
+                                           "it was cleaned")
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment], sizes: list[int]) -> None:
+        """Swap ``cleaned`` (files ``.cleaned``) in for ``old``, on the log's thread, crash-safely.
+
+        The cleaner read ``old`` with these ``sizes``; if the log has changed them since (retention
+        deleted one, a follower truncated into one, the log was moved or deleted), the cleaning is
+        void: raises CleaningAbortedError and leaves the log as it is. Otherwise Kafka's protocol:
+        ``.cleaned`` -> ``.swap`` (from here a crash completes the swap at load), the new segment in
+        the map, the old ones renamed ``.deleted`` (removed after ``file.delete.delay.ms``, so a read
+        in flight finishes), ``.swap`` -> live names, then an fsync of the directory.
+        """
+        self.check_segments_unchanged(old, sizes)
+        segments = self.local_log.segments
+        cleaned.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        crash_point("cleaner.swap.after_swap_suffix")  # .swap and the old segments both on disk
+        segments.add(cleaned)
+        for segment in old:
+            if segment.base_offset != cleaned.base_offset:
+                segments.remove(segment.base_offset)
+        deleted_not_replaced = [s for s in old if s.base_offset != cleaned.base_offset]
+        for segment in old:
+            segment.mark_deleted()
+            crash_point("cleaner.swap.after_delete_old")  # some old segments renamed .deleted, .swap not final
+            self._scheduler.schedule(f"delete-{segment.log.path.name}", segment.delete_if_exists,
+                                     self.config.file_delete_delay_ms)
+        cleaned.change_file_suffixes(SWAP_SUFFIX, "")
+        _fsync_dir(self.dir)
+        for segment in deleted_not_replaced:
+            marked = self.producer_state.remove_and_mark_snapshot_for_deletion(segment.base_offset)
+            if marked is not None:
+                self._scheduler.schedule(f"delete-{marked.name}", lambda p=marked: p.unlink(missing_ok=True),
+                                         self.config.file_delete_delay_ms)
 
     # -- tiering hooks (called by the RemoteLogManager, on the event loop) -----------------------
 

@@ -84,20 +84,23 @@ class LogSegment:
         *,
         create: bool = False,
         rolling_jitter_ms: int | None = None,
+        suffix: str = "",
     ) -> None:
+        """``suffix``: appended to every file name (``.cleaned`` for a segment the log cleaner writes,
+        ``.swap`` for one whose swap a crash interrupted)."""
         self.dir = directory
         self.base_offset = base_offset
         self.config = config
         self._clock = clock
         stem = offset_file_name(base_offset)
-        self.log = FileRecords(directory / f"{stem}{LOG_SUFFIX}", create=create)
-        self.offset_index = OffsetIndex(directory / f"{stem}{INDEX_SUFFIX}", base_offset,
+        self.log = FileRecords(directory / f"{stem}{LOG_SUFFIX}{suffix}", create=create)
+        self.offset_index = OffsetIndex(directory / f"{stem}{INDEX_SUFFIX}{suffix}", base_offset,
                                         config.segment_index_bytes, writable=create)
-        self.time_index = TimeIndex(directory / f"{stem}{TIME_INDEX_SUFFIX}", base_offset,
+        self.time_index = TimeIndex(directory / f"{stem}{TIME_INDEX_SUFFIX}{suffix}", base_offset,
                                     config.segment_index_bytes, writable=create)
-        self.txn_index = TransactionIndex(directory / f"{stem}{TXN_INDEX_SUFFIX}", base_offset)
+        self.txn_index = TransactionIndex(directory / f"{stem}{TXN_INDEX_SUFFIX}{suffix}", base_offset)
         if rolling_jitter_ms is None:
-            jitter_cap = min(config.segment_jitter_ms, config.segment_ms)
+            jitter_cap = min(config.segment_jitter_ms, config.max_segment_ms)
             rolling_jitter_ms = random.randrange(jitter_cap) if jitter_cap > 0 else 0
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = clock.milliseconds()
@@ -199,7 +202,7 @@ class LogSegment:
         config = self.config
         reached_roll_ms = (
             self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
-            > config.segment_ms - self.rolling_jitter_ms
+            > config.max_segment_ms - self.rolling_jitter_ms
         )
         return (
             self.size > config.segment_bytes - params.messages_size
@@ -477,6 +480,7 @@ class LogSegment:
     def mark_deleted(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()  # reopened from its new path by a reader that still needs it
         self.change_file_suffixes("", DELETED_SUFFIX)
 
     def delete_if_exists(self) -> None:

@@ -1,0 +1,171 @@
+"""Log compaction seen by real clients over sockets: a broker process, confluent-kafka producers and
+consumers. What a consumer reads from offset 0 after the cleaner ran is checked against a model of
+what was produced: the latest value of each live key, at the offset it was written."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.broker.harness import BrokerProcess
+
+CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
+TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "65536", "min.cleanable.dirty.ratio": "0.01",
+                "delete.retention.ms": "3000"}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "broker", CLEANER).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def create(b: BrokerProcess, topic: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config={**TOPIC_CONFIG, **config})])[topic].result(30)
+
+
+def read_all(b: BrokerProcess, topic: str, partition: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record from offset 0 to the high watermark: (offset, key, value)."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        _, high = c.get_watermark_offsets(CkTopicPartition(topic, partition), timeout=10)
+        c.assign([CkTopicPartition(topic, partition, 0)])
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 60
+        done = high == 0
+        while not done and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                if m.error() is not None:
+                    if m.error().code() == -191:  # _PARTITION_EOF
+                        done = True
+                    continue
+                out.append((m.offset(), m.key(), m.value()))
+        assert done, f"read stopped at {len(out)} records"
+        return out
+    finally:
+        c.close()
+
+
+def wait_until(what: str, predicate, timeout_s: float = 60.0, interval_s: float = 0.2):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def test_consumer_reads_the_latest_value_of_each_live_key_at_its_offset(broker: BrokerProcess) -> None:
+    create(broker, "table")
+    rng = random.Random(7)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                  "batch.size": 16384})  # batches well under segment.bytes, so the segments roll
+    written: list[tuple[bytes, bytes | None]] = []
+    for i in range(20_000):
+        key = b"key-%d" % rng.randrange(2_000)
+        value = None if rng.random() < 0.05 else b"value-%d-" % i + b"x" * rng.randrange(50)
+        p.produce("table", key=key, value=value)
+        written.append((key, value))
+        if i % 5000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    # Filler under other keys rolls the segments holding the data above: all of it becomes cleanable.
+    for i in range(4_000):
+        p.produce("table", key=b"filler-%d" % i, value=b"f" * 40)
+    assert p.flush(30) == 0
+    # The model: each key's last record at its offset (one idempotent producer, one partition: offsets
+    # follow produce order). Tombstones stay (delete.retention.ms is longer than this test's cleaning).
+    last: dict[bytes, tuple[int, bytes | None]] = {}
+    for offset, (key, value) in enumerate(written):
+        last[key] = (offset, value)
+    expected = sorted((offset, key, value) for key, (offset, value) in last.items())
+
+    def table() -> list[tuple[int, bytes | None, bytes | None]]:
+        return [r for r in read_all(broker, "table") if r[0] < len(written)]
+
+    got = wait_until_equal("the cleaner to leave exactly the latest record of each key", table, expected)
+    assert len(got) < len(written) / 5
+
+
+def wait_until_equal(what: str, read, expected, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+    """Poll ``read()`` until it equals ``expected``; on timeout, say how the last read differed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = read()
+        if got == expected:
+            return got
+        if time.monotonic() > deadline:
+            extra, missing = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}: {len(got)} records, "
+                                 f"{len(extra)} unexpected (first {extra[:3]}), {len(missing)} missing "
+                                 f"(first {missing[:3]})")
+        time.sleep(0.3)
+
+
+def test_tombstones_go_after_delete_retention_and_not_before(broker: BrokerProcess) -> None:
+    create(broker, "tombs")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 16384})
+    for i in range(3000):
+        p.produce("tombs", key=b"k%d" % (i % 300), value=b"v" * 100)
+    for k in range(0, 300, 3):
+        p.produce("tombs", key=b"k%d" % k, value=None)
+    for i in range(3000):  # more data, so the tombstones end up in rolled (cleanable) segments
+        p.produce("tombs", key=b"other%d" % (i % 300), value=b"w" * 100)
+    assert p.flush(30) == 0
+    deleted = {b"k%d" % k for k in range(0, 300, 3)}
+
+    def tombstones() -> int:
+        return sum(1 for _, k, v in read_all(broker, "tombs") if k in deleted and v is None)
+
+    first_clean = time.monotonic()
+    wait_until("the first cleaning", lambda: len(read_all(broker, "tombs")) < 1500)
+    assert tombstones() == len(deleted)  # compacted, tombstones kept (delete.retention.ms = 3 s)
+    got = read_all(broker, "tombs")
+    assert not any(k in deleted and v is not None for _, k, v in got), "a deleted key's old value survived"
+    wait_until("tombstones past delete.retention.ms to be removed", lambda: tombstones() == 0, timeout_s=60)
+    assert time.monotonic() - first_clean >= 3.0 - 0.5
+
+
+def test_idempotent_producer_keeps_producing_across_cleanings(broker: BrokerProcess) -> None:
+    create(broker, "idem", **{"segment.bytes": "16384"})
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                  "batch.num.messages": 20})
+
+    def report(err, _msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(str(err))
+
+    sent = 0
+    deadline = time.monotonic() + 120
+    cleaned_rounds = 0
+    last_size = None
+    while cleaned_rounds < 3 and time.monotonic() < deadline:
+        for _ in range(2000):
+            p.produce("idem", key=b"k%d" % (sent % 50), value=b"v%d" % sent, on_delivery=report)
+            sent += 1
+        assert p.flush(30) == 0
+        size = len(read_all(broker, "idem"))
+        if last_size is not None and size < last_size + 2000:
+            cleaned_rounds += 1
+        last_size = size
+    assert cleaned_rounds >= 3, "the cleaner did not run between the rounds"
+    assert not errors, errors[:5]
+    got = read_all(broker, "idem")
+    values = {k: v for _, k, v in got}
+    assert values == {b"k%d" % k: b"v%d" % max(i for i in range(sent) if i % 50 == k) for k in range(50)}
+    offsets = [o for o, _, _ in got]
+    assert offsets == sorted(set(offsets))
