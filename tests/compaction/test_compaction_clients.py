@@ -10,14 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from tests.broker.harness import BrokerProcess
+from tests.compaction.harness import create, read_all, wait_until, wait_until_equal
 
 CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
-TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "65536", "min.cleanable.dirty.ratio": "0.01",
-                "delete.retention.ms": "3000"}
 
 
 @pytest.fixture
@@ -27,45 +24,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.stop()
-
-
-def create(b: BrokerProcess, topic: str, partitions: int = 1, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config={**TOPIC_CONFIG, **config})])[topic].result(30)
-
-
-def read_all(b: BrokerProcess, topic: str, partition: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
-    """Every record from offset 0 to the high watermark: (offset, key, value)."""
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        _, high = c.get_watermark_offsets(CkTopicPartition(topic, partition), timeout=10)
-        c.assign([CkTopicPartition(topic, partition, 0)])
-        out: list[tuple[int, bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + 60
-        done = high == 0
-        while not done and time.monotonic() < deadline:
-            for m in c.consume(10_000, 0.5):
-                if m.error() is not None:
-                    if m.error().code() == -191:  # _PARTITION_EOF
-                        done = True
-                    continue
-                out.append((m.offset(), m.key(), m.value()))
-        assert done, f"read stopped at {len(out)} records"
-        return out
-    finally:
-        c.close()
-
-
-def wait_until(what: str, predicate, timeout_s: float = 60.0, interval_s: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def test_consumer_reads_the_latest_value_of_each_live_key_at_its_offset(broker: BrokerProcess) -> None:
@@ -98,21 +56,6 @@ def test_consumer_reads_the_latest_value_of_each_live_key_at_its_offset(broker: 
 
     got = wait_until_equal("the cleaner to leave exactly the latest record of each key", table, expected)
     assert len(got) < len(written) / 5
-
-
-def wait_until_equal(what: str, read, expected, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
-    """Poll ``read()`` until it equals ``expected``; on timeout, say how the last read differed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = read()
-        if got == expected:
-            return got
-        if time.monotonic() > deadline:
-            extra, missing = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}: {len(got)} records, "
-                                 f"{len(extra)} unexpected (first {extra[:3]}), {len(missing)} missing "
-                                 f"(first {missing[:3]})")
-        time.sleep(0.3)
 
 
 def test_tombstones_go_after_delete_retention_and_not_before(broker: BrokerProcess) -> None:

@@ -4,13 +4,20 @@ Every file kind Kafka keeps in a partition directory is understood:
 
 * ``.log``: one line per batch in Kafka's format, optionally one per record (``deep``) with key and
   payload (``print_data``); a CRC mismatch marks that batch ``isvalid: false`` and the scan goes on
-  while the framing holds; a torn or garbled tail is reported as invalid trailing bytes.
+  while the framing holds; a torn or garbled tail is reported as invalid trailing bytes. What the log
+  cleaner leaves is shown, never reported as a problem: offsets absent between batches (and, with
+  records, between the records of a batch) as notes, empty batches (kept for a producer's last
+  sequence) with a note, a batch's delete horizon (KIP-534, attributes bit 6) as Kafka's
+  ``deleteHorizonMs``, and records with a key and a null value as ``tombstone: true``.
 * ``.index`` / ``.timeindex``: the entries, each verified against the matching ``.log`` (an offset
   entry must point at a batch start and name an offset of that batch; a time entry must name the
   last offset of a batch whose max timestamp it records; both must strictly increase).
 * ``.txnindex``: the aborted transactions, each checked against its ABORT marker in the ``.log``.
 * ``<offset>.snapshot``: producer state entries (CRC checked by the reader).
-* ``leader-epoch-checkpoint``, ``partition.metadata`` and the log-dir offset checkpoints.
+* ``leader-epoch-checkpoint``, ``partition.metadata`` and the log-dir offset checkpoints (the cleaner's
+  ``cleaner-offset-checkpoint`` among them).
+* The log cleaner's ``.cleaned`` and ``.swap`` segment files, when named: as the segment files they
+  will become (a directory dump skips them).
 
 Dumping produces a stream of :class:`Event` (so a large segment never has to be held in memory);
 :func:`format_event` renders Kafka's text and :func:`collect_json` groups events per file. Any
@@ -43,6 +50,7 @@ from strata.log.checkpoints import (
 )
 from strata.log.errors import CorruptIndexError
 from strata.log.files import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
@@ -52,6 +60,7 @@ from strata.log.files import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     offset_from_file_name,
@@ -156,10 +165,24 @@ _NAMED_TYPES = {
 _OFFSET_FILE_TYPES = frozenset(_SUFFIX_TYPES.values())
 
 
+def _cleaner_suffix(name: str) -> str:
+    """``.cleaned`` (a segment the log cleaner is writing) or ``.swap`` (one whose swap into the log a
+    crash interrupted; the next load completes it) after a segment file's own suffix, else ``""``."""
+    for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
+        if name.endswith(suffix):
+            return suffix
+    return ""
+
+
 def file_type_of(path: Path) -> FileType:
+    """The kind of file; a segment file with the cleaner's ``.cleaned`` or ``.swap`` after its suffix is
+    of its segment file's kind (dumped when named, skipped in a directory)."""
     name = path.name
     if name in _NAMED_TYPES:
         return _NAMED_TYPES[name]
+    suffix = _cleaner_suffix(name)
+    if suffix:
+        path = path.with_name(name.removesuffix(suffix))
     return _SUFFIX_TYPES.get(path.suffix, FileType.UNKNOWN)
 
 
@@ -168,7 +191,8 @@ def expand_paths(paths: Iterable[Path]) -> Iterator[Path]:
 
     Within a directory, segment files come by base offset (``.log``, ``.index``, ``.timeindex``,
     ``.txnindex``, ``.snapshot`` for each), then ``partition.metadata``, the leader epoch and offset
-    checkpoints. Unknown files (``.deleted``, ``.tmp``, markers) are skipped there silently.
+    checkpoints. Unknown files (``.deleted``, ``.tmp``, markers) and the log cleaner's ``.cleaned`` and
+    ``.swap`` segment files are skipped there silently (name one to dump it).
     """
     for path in paths:
         if path.is_dir():
@@ -187,7 +211,7 @@ def _expand_dir(directory: Path) -> Iterator[Path]:
             subdirs.append(path)
             continue
         kind = file_type_of(path)
-        if kind is FileType.UNKNOWN or path.name.endswith(DELETED_SUFFIX):
+        if kind is FileType.UNKNOWN or path.name.endswith(DELETED_SUFFIX) or _cleaner_suffix(path.name):
             continue
         if kind in _OFFSET_FILE_TYPES:
             try:
@@ -290,7 +314,7 @@ class _Tail(NamedTuple):
     """Bytes after the last whole batch that do not form one."""
 
     position: int
-    count: int
+    length: int  # bytes from position to the end of the file
     reason: str
 
 
@@ -359,6 +383,7 @@ def _batch_data(span: _Span, computed_crc: int) -> dict[str, Any]:
         "base_offset": h.base_offset,
         "last_offset": h.last_offset,
         "count": h.records_count,
+        "is_empty": h.records_count == 0,
         "base_sequence": h.base_sequence,
         "last_sequence": h.last_sequence,
         "producer_id": h.producer_id,
@@ -406,13 +431,37 @@ def _control_fields(key: bytes | None, value: bytes | None) -> dict[str, Any]:
     return {"control_type": name, "control_type_id": type_id, "coordinator_epoch": epoch}
 
 
+def _offsets(first: int, last: int) -> str:
+    return f"offset {first}" if first == last else f"offsets {first}-{last}"
+
+
+def _absent_note(kind: FileType, first: int, last: int, position: int) -> Event:
+    """Offsets ``first..last`` hold no record: the log cleaner removed them (never corruption: the
+    offsets of a batch, and a segment's base offset, survive the records the cleaner drops)."""
+    text = _offsets(first, last)
+    return _note(kind, f"{text[0].upper()}{text[1:]} absent (compacted away)", absent_first=first,
+                 absent_last=last, position=position)
+
+
+def _empty_batch_note(kind: FileType, span: _Span) -> Event:
+    """Kafka's cleaner keeps a producer's last batch, emptied, so its epoch and sequence survive."""
+    h = span.header
+    message = f"Empty batch at position {span.position}: {_offsets(h.base_offset, h.last_offset)} absent " \
+              f"(compacted away)"
+    if h.has_producer_id:
+        sequence = "" if h.base_sequence == NO_SEQUENCE else f"last sequence {h.last_sequence}, "
+        message += f"; kept for producer {h.producer_id}'s {sequence}epoch {h.producer_epoch}"
+    return _note(kind, message, absent_first=h.base_offset, absent_last=h.last_offset, position=span.position,
+                 empty_batch=True)
+
+
 def _dump_log(path: Path, base_offset: int | None, options: DumpOptions) -> Iterator[Event]:
     kind = FileType.LOG
     name = path.name
     batches = records = valid_bytes = problems = 0
+    empty_batches = absent = tombstones = 0
     first_offset: int | None = None
     last_offset: int | None = None  # of the previous batch
-    last_record_offset: int | None = None
     with open(path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
@@ -424,94 +473,134 @@ def _dump_log(path: Path, base_offset: int | None, options: DumpOptions) -> Iter
                 problems += 1
                 yield _problem(
                     kind,
-                    f"Found {item.count} invalid bytes at the end of {name} (position {item.position}): "
+                    f"Found {item.length} invalid bytes at the end of {name} (position {item.position}): "
                     f"{item.reason}",
-                    invalid_bytes=item.count, position=item.position, reason=item.reason,
+                    invalid_bytes=item.length, position=item.position, reason=item.reason,
                 )
                 break
             span, header = item, item.header
             data = os.pread(fd, header.size, span.position)
             computed = compute_crc(data, 0, header.size)
+            # Offsets the cleaner removed whole batches of; the segment keeps the base offset it is
+            # named after even when its first batches went.
+            expected = base_offset if last_offset is None else last_offset + 1
+            if expected is not None and header.base_offset > expected:
+                absent += header.base_offset - expected
+                yield _absent_note(kind, expected, header.base_offset - 1, span.position)
             yield Event(EventKind.BATCH, kind, _batch_data(span, computed))
             batches += 1
             records += header.records_count
+            absent += max(header.last_offset_delta + 1 - header.records_count, 0)
             valid_bytes = span.end
             first_offset = header.base_offset if first_offset is None else first_offset
+            if header.records_count == 0:
+                empty_batches += 1
+                yield _empty_batch_note(kind, span)
             for message in _batch_problems(name, span, computed, base_offset, last_offset):
                 problems += 1
                 yield _problem(kind, message, position=span.position, offset=header.base_offset)
             last_offset = header.last_offset
             if options.deep_iteration:
-                for event in _record_events(name, span, data, options, last_record_offset):
+                for event in _record_events(name, span, data, options):
                     if event.kind is EventKind.PROBLEM:
                         problems += 1
-                    elif event.kind is EventKind.RECORD:
-                        last_record_offset = event.data["offset"]
+                    elif event.kind is EventKind.RECORD and event.data.get("tombstone"):
+                        tombstones += 1
                     yield event
         if not tail and valid_bytes < size:  # only --max-bytes stops a scan early
             yield _note(kind, f"Stopped at --max-bytes {options.max_bytes}: bytes {valid_bytes} to {size} of "
                               f"{name} not dumped", position=valid_bytes)
     offsets = f"offsets {first_offset}-{last_offset}" if first_offset is not None else "no offsets"
     verdict = "no problems" if not problems else _count(problems, "problem")
-    yield _summary(kind, f"{name}: {batches} batches, {records} records, {offsets}, {valid_bytes} of {size} "
+    batch_text = f"{batches} batches" + (f" ({empty_batches} empty)" if empty_batches else "")
+    record_text = f"{records} records" + (f" ({_count(tombstones, 'tombstone')})" if tombstones else "")
+    absent_text = f", {_count(absent, 'offset')} absent (compacted away)" if absent else ""
+    yield _summary(kind, f"{name}: {batch_text}, {record_text}, {offsets}{absent_text}, {valid_bytes} of {size} "
                          f"bytes in whole batches; {verdict}",
                    batches=batches, records=records, first_offset=first_offset, last_offset=last_offset,
-                   valid_bytes=valid_bytes, size=size, problems=problems)
+                   valid_bytes=valid_bytes, size=size, problems=problems, empty_batches=empty_batches,
+                   absent_offsets=absent, tombstones=tombstones if options.deep_iteration else None)
 
 
 def _batch_problems(name: str, span: _Span, computed_crc: int, base_offset: int | None,
                     previous_last: int | None) -> Iterator[str]:
     h = span.header
-    where = f"batch at position {span.position} of {name} (baseOffset {h.base_offset})"
+    where = _where(name, span)
     if computed_crc != h.crc:
         yield f"Corrupt {where}: stored crc {h.crc}, computed {computed_crc}"
     if base_offset is not None and h.base_offset < base_offset:
         yield f"Offset below the segment base offset {base_offset} in {where}"
     if previous_last is not None and h.base_offset <= previous_last:
         yield f"Offsets out of order in {where}: the previous batch ends at offset {previous_last}"
+    if h.records_count > h.last_offset_delta + 1:
+        yield f"{h.records_count} records in {where}, more than its {h.last_offset_delta + 1} offsets"
     if h.compression not in _CODEC_IDS:
         yield f"Unknown compression codec id {h.compression} in {where}"
 
 
-def _record_events(name: str, span: _Span, data: bytes, options: DumpOptions,
-                   last_record_offset: int | None) -> Iterator[Event]:
+def _where(name: str, span: _Span) -> str:
+    return f"batch at position {span.position} of {name} (baseOffset {span.header.base_offset})"
+
+
+def _record_events(name: str, span: _Span, data: bytes, options: DumpOptions) -> Iterator[Event]:
+    """The records of one batch, with a note for offsets of the batch that hold no record (the cleaner
+    keeps a batch's base and last offset when it removes records) and a problem for a record outside
+    the batch's offsets or not above the one before."""
     kind = FileType.LOG
     header = span.header
+    if header.records_count == 0:
+        return  # an empty batch: its note says so
     try:
         decoded = decode_records(header, decompress(header.compression, memoryview(data)[RECORD_BATCH_OVERHEAD:]))
     except KafkaError as e:
-        yield _problem(kind, f"Cannot read the records of the batch at position {span.position} of {name} "
-                             f"(baseOffset {header.base_offset}): {_message(e)}",
+        yield _problem(kind, f"Cannot read the records of the {_where(name, span)}: {_message(e)}",
                        position=span.position, offset=header.base_offset)
         return
     timestamp_type = _timestamp_type_name(header)
+    expected = header.base_offset  # the next offset if none is absent
+    previous: int | None = None
     for record in decoded:
-        if last_record_offset is not None and record.offset != last_record_offset + 1:
-            yield _problem(kind, f"Non-consecutive offsets in {name}: {last_record_offset} is followed by "
-                                 f"{record.offset}", position=span.position, offset=record.offset)
-        last_record_offset = record.offset
+        offset = record.offset
+        if offset < header.base_offset:
+            yield _problem(kind, f"Record offset {offset} below the base offset of the {_where(name, span)}",
+                           position=span.position, offset=offset)
+        elif previous is not None and offset <= previous:
+            yield _problem(kind, f"Record offsets out of order in the {_where(name, span)}: {previous} is "
+                                 f"followed by {offset}", position=span.position, offset=offset)
+        elif offset > header.last_offset:
+            yield _problem(kind, f"Record offset {offset} past the last offset {header.last_offset} of the "
+                                 f"{_where(name, span)}", position=span.position, offset=offset)
+        elif offset > expected:
+            yield _absent_note(kind, expected, offset - 1, span.position)
+        previous = offset
+        expected = max(expected, offset + 1)
         fields: dict[str, Any] = {
-            "offset": record.offset,
+            "offset": offset,
             "timestamp_type": timestamp_type,
             "timestamp": record.timestamp,
             "key_size": -1 if record.key is None else len(record.key),
             "value_size": -1 if record.value is None else len(record.value),
-            "sequence": _record_sequence(header, record.offset),
+            "sequence": _record_sequence(header, offset),
             "header_keys": [k for k, _ in record.headers],
         }
         if header.is_control:
             fields.update(_control_fields(record.key, record.value))
-        elif options.print_data:
-            fields["key"] = None if record.key is None else _text(record.key)
-            fields["payload"] = None if record.value is None else _text(record.value)
+        else:
+            fields["tombstone"] = record.key is not None and record.value is None
+            if options.print_data:
+                fields["key"] = None if record.key is None else _text(record.key)
+                fields["payload"] = None if record.value is None else _text(record.value)
         yield Event(EventKind.RECORD, kind, fields)
+    if decoded and expected <= header.last_offset:
+        yield _absent_note(kind, expected, header.last_offset, span.position)
 
 
 # -- .index and .timeindex ------------------------------------------------------------------
 
 
 def _matching_log(path: Path) -> Path:
-    return path.with_name(path.name.split(".", 1)[0] + LOG_SUFFIX)
+    """The segment's ``.log`` (``.log.cleaned`` / ``.log.swap`` for the cleaner's files of that name)."""
+    return path.with_name(path.name.split(".", 1)[0] + LOG_SUFFIX + _cleaner_suffix(path.name))
 
 
 def _log_spans_for(path: Path, kind: FileType) -> tuple[list[_Span] | None, int, list[Event]]:
@@ -522,7 +611,7 @@ def _log_spans_for(path: Path, kind: FileType) -> tuple[list[_Span] | None, int,
     spans, tail, size = _scan_log_spans(log_path)
     notes = []
     if tail is not None:
-        notes.append(_note(kind, f"{log_path.name} has {tail.count} invalid bytes at position {tail.position}; "
+        notes.append(_note(kind, f"{log_path.name} has {tail.length} invalid bytes at position {tail.position}; "
                                  f"only the batches before them are used to verify {path.name}"))
     return spans, size, notes
 
@@ -801,7 +890,7 @@ def _dump_offset_checkpoint(path: Path, base_offset: int | None, options: DumpOp
     yield _summary(kind, f"{path.name}: {_count(len(offsets), 'partition')}", entries=len(offsets), problems=0)
 
 
-_DUMPERS = {
+_DUMPERS: dict[FileType, Callable[[Path, Any, DumpOptions], Iterator[Event]]] = {
     FileType.LOG: _dump_log,
     FileType.INDEX: _dump_offset_index,
     FileType.TIME_INDEX: _dump_time_index,
@@ -843,6 +932,8 @@ def _format_record(d: dict[str, Any]) -> str:
             line += f" endTxnMarker: {d['control_type']} coordinatorEpoch: {d['coordinator_epoch']}"
         else:
             line += f" controlType: {d['control_type']}({d['control_type_id']})"
+    if d.get("tombstone"):
+        line += " tombstone: true"  # before the key, which (no payload after it) ends the line
     if d.get("key") is not None:
         line += f" key: {d['key']}"
     if d.get("payload") is not None:
@@ -905,6 +996,7 @@ def collect_json(events: Iterable[Event]) -> list[dict[str, Any]]:
             if file_type is FileType.LOG:
                 current["batches"] = []
                 current["invalid_bytes"] = None
+                current["absent_offsets"] = []  # [first, last] ranges the cleaner removed
             else:
                 current["entries"] = []
             files.append(current)
@@ -919,6 +1011,8 @@ def collect_json(events: Iterable[Event]) -> list[dict[str, Any]]:
             current["entries"].append(data)
         elif kind is EventKind.NOTE:
             current["notes"].append(data["message"])
+            if "absent_first" in data and "absent_offsets" in current:
+                current["absent_offsets"].append([data["absent_first"], data["absent_last"]])
         elif kind is EventKind.PROBLEM:
             current["valid"] = False
             current["problems"].append(data)

@@ -6,7 +6,7 @@ connection to the cluster and closes it before returning; only the plan's slices
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strata.spark.failover import FailoverCluster
 from strata.spark.options import SourceOptions, parse_source_options
@@ -16,6 +16,7 @@ from strata.spark.planning import (
     Pushdown,
     RemoteSlice,
     apply_pushdown,
+    by_partition,
     partition_ranges,
     plan_read,
     resolve_topics,
@@ -23,6 +24,8 @@ from strata.spark.planning import (
 
 
 def plan_batch(opts: SourceOptions, pushdown: Pushdown | None = None) -> Plan:
+    if opts.latest_per_key and opts.min_partitions:  # one task per topic partition reads all its slices
+        opts = replace(opts, min_partitions=None)
     with FailoverCluster(opts.bootstrap, timeout_s=opts.timeout_s, client_id="strata-spark-driver") as cluster:
         topics = resolve_topics(cluster, opts)
         ranges = apply_pushdown(cluster, opts, partition_ranges(cluster, opts, topics), pushdown)
@@ -47,7 +50,8 @@ class PlanSummary:
                 f"object store), {self.broker_slices} from the broker ({self.broker_offsets:,} offsets)")
 
 
-def summarize(plan: Plan) -> PlanSummary:
+def summarize(plan: Plan, latest_per_key: bool = False) -> PlanSummary:
+    """``latest_per_key``: the input partitions are the topic partitions (each task reduces all its slices)."""
     remote = [s for s in plan.slices if isinstance(s, RemoteSlice)]
     broker = [s for s in plan.slices if isinstance(s, BrokerSlice)]
     segments = {s.segment.remote_log_segment_id: s for s in remote}
@@ -57,11 +61,13 @@ def summarize(plan: Plan) -> PlanSummary:
         end = s.end_position if s.end_position is not None else s.segment.segment_size_in_bytes
         remote_bytes += max(0, end - start)
     remote_offsets = sum(s.end_offset - s.start_offset for s in segments.values())
-    return PlanSummary(len(plan.slices), len(remote), len(segments), remote_bytes, remote_offsets, len(broker),
+    inputs = len(by_partition(plan.slices)) if latest_per_key else len(plan.slices)
+    return PlanSummary(inputs, len(remote), len(segments), remote_bytes, remote_offsets, len(broker),
                        sum(s.end_offset - s.start_offset for s in broker))
 
 
 def explain(options: dict[str, str]) -> PlanSummary:
     """Plan a batch read of ``options`` (the same as ``spark.read.format("strata").options(...)``) and
     say what it would read from each tier, without reading anything."""
-    return summarize(plan_batch(parse_source_options(options)))
+    opts = parse_source_options(options)
+    return summarize(plan_batch(opts), opts.latest_per_key)

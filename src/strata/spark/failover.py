@@ -78,6 +78,12 @@ class FailoverCluster(KafkaCluster):
         """``host:port`` of every broker this client has seen in the metadata."""
         return tuple(sorted(f"{host}:{port}" for host, port in self.metadata_cache.brokers.values()))
 
+    def cached_leader(self, topic: str, partition: int) -> int | None:
+        """The partition's leader as last learned from the metadata (no request); None when not known."""
+        info = self.metadata_cache.topics.get(topic)
+        part = info.partitions.get(partition) if info is not None else None
+        return part.leader if part is not None else None
+
     def forget_leaders(self) -> None:
         """Ask the cluster who leads what again before the next request."""
         self.metadata_cache.topics.clear()

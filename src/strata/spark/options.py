@@ -64,6 +64,7 @@ class SourceOptions:
     timeout_s: float = 60.0
     rsm_class: str | None = None
     rsm_props: Mapping[str, str] = field(default_factory=dict)
+    latest_per_key: bool = False  # Strata's: the table a compacted topic represents (batch reads only)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -195,6 +196,12 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool = False)
             raise StrataOptionError("ending offset can't be earliest for batch queries on Kafka")
     elif any(k.startswith("ending") for k in opts):
         raise StrataOptionError("ending offset options are not supported by streaming queries")
+    latest_per_key = _bool(opts, "latestPerKey", False)
+    if streaming and latest_per_key:
+        raise StrataOptionError("option 'latestPerKey' is not supported by streaming queries: it reduces a whole "
+                                "offset range to one row per key, which a stream of micro-batches cannot do. Read "
+                                "the topic with spark.read (a batch query), or keep the latest row per key in the "
+                                "stream yourself (e.g. foreachBatch with a MERGE into a table)")
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise StrataOptionError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
@@ -216,6 +223,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool = False)
         timeout_s=(_int(opts, "kafka.request.timeout.ms", 60_000) or 60_000) / 1000,
         rsm_class=rsm_class,
         rsm_props=rsm_props,
+        latest_per_key=latest_per_key,
     )
 
 

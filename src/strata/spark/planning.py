@@ -104,6 +104,34 @@ class BrokerSlice:
 Slice = RemoteSlice | BrokerSlice
 
 
+@dataclass(frozen=True)
+class PartitionSlices:
+    """``latestPerKey``: every slice of one topic partition, in offset order, for one task.
+
+    A key's latest record may be in any slice of its partition, and a tombstone in a later slice
+    cancels a value in an earlier one, so the slices of a partition are reduced together: each to
+    its latest record per key (tombstones kept), then those to the partition's (tombstones dropped).
+    """
+
+    topic: str
+    partition: int
+    slices: tuple[Slice, ...]
+
+
+def by_partition(slices: Sequence[Slice]) -> list[PartitionSlices]:
+    """The slices of a plan grouped per topic partition, each group in offset order."""
+    groups: dict[TopicPartitionKey, list[Slice]] = {}
+    for s in slices:
+        groups.setdefault((s.topic, s.partition), []).append(s)
+    return [PartitionSlices(topic, partition, tuple(sorted(group, key=_slice_order)))
+            for (topic, partition), group in sorted(groups.items())]
+
+
+def _slice_order(s: Slice) -> tuple[int, int]:
+    """Offset order; the pieces of one remote segment (same offsets) by byte position."""
+    return s.start_offset, getattr(s, "start_position", 0) or 0
+
+
 @dataclass
 class PartitionRange:
     topic: str
@@ -379,7 +407,7 @@ def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicP
         for lo, hi in holes:
             plan.slices.append(BrokerSlice(k[0], k[1], lo, hi, settings))
     _split_broker_slices(plan, opts.min_partitions)
-    plan.slices.sort(key=lambda s: (s.topic, s.partition, s.start_offset, getattr(s, "start_position", 0) or 0))
+    plan.slices.sort(key=lambda s: (s.topic, s.partition, *_slice_order(s)))
     return plan
 
 

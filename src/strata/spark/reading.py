@@ -5,6 +5,14 @@ Spark's Kafka schema; no record is touched one by one in Python. A remote slice 
 range from the store in chunks (a batch cut by a chunk boundary is carried into the next chunk);
 a broker slice fetches until its planned end offset from the partition's current leader, and
 goes on from the new leader when the leadership moves during the read.
+
+Offsets need not be contiguous: compaction (``cleanup.policy=compact``) removes records inside
+batches (a batch keeps its base and last offset) and whole batches (the next one starts later),
+and may leave the last offsets before the high watermark with no record at all. A slice is done
+when its read position - the offset after the last batch read, which counts the records compaction
+removed - reaches its end, or when the next batch starts at or after the end, or when the broker
+has nothing left below the end (:func:`_nothing_left`); never by counting records. A gap inside
+[log start, end) is not data loss; only offsets below the log start are (``failOnDataLoss``).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from strata.client.cluster import EARLIEST, LATEST, OFFSET_OUT_OF_RANGE
+from strata.client.cluster import EARLIEST, EARLIEST_LOCAL, LATEST, OFFSET_OUT_OF_RANGE, FetchedPartition
 from strata.spark.columnar import AbortedTxn, ColumnarDecoder, decode_batches
 from strata.spark.failover import FAILOVER_CODES, FailoverCluster
 from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, StrataDataLossError
@@ -98,8 +106,9 @@ def read_broker(s: BrokerSlice) -> Iterator[Any]:
     offset = s.start_offset
     empty = 0
     deadline = time.monotonic() + st.timeout_s
-    with FailoverCluster(st.bootstrap, timeout_s=st.timeout_s, client_id="strata-spark",
-                         known_brokers=st.brokers) as cluster:
+    cluster = FailoverCluster(st.bootstrap, timeout_s=st.timeout_s, client_id="strata-spark",
+                              known_brokers=st.brokers)
+    with cluster:
         while offset < s.end_offset:
             fetched = cluster.fetch(s.topic, s.partition, offset, max_bytes=st.fetch_max_bytes,
                                     isolation_level=st.isolation_level)
@@ -131,12 +140,43 @@ def read_broker(s: BrokerSlice) -> Iterator[Any]:
             result = decode_batches(fetched.records, topic=s.topic, partition=s.partition, start_offset=offset,
                                     end_offset=s.end_offset, include_headers=st.include_headers, aborted=aborted)
             yield from result.batches
+            if result.end_reached:  # the next batch starts at or after the end: the rest is a gap (compaction)
+                return
             if result.next_offset > offset:
                 offset = result.next_offset
                 empty = 0
                 deadline = time.monotonic() + st.timeout_s
                 continue
+            if not fetched.records and _nothing_left(cluster, s, offset, fetched):
+                return
             empty += 1
             if empty >= MAX_EMPTY_FETCHES or time.monotonic() > deadline:
                 raise TimeoutError(f"no progress fetching {s.topic}-{s.partition} at offset {offset} "
                                    f"(planned end {s.end_offset}, high watermark {fetched.high_watermark})")
+
+
+def _nothing_left(cluster: FailoverCluster, s: BrokerSlice, offset: int, fetched: FetchedPartition) -> bool:
+    """Whether an empty Fetch answer at ``offset`` means that [offset, end) holds no record any more.
+
+    The broker answers a Fetch with the batches from the first one whose last offset is at or after
+    the fetch offset, up to the high watermark (the LSO under read_committed). From the local log an
+    empty answer below that bound therefore means that no batch is left there: compaction removed
+    the last records before it, the offsets stay (Kafka's consumer then waits at that position for
+    new records; a bounded read is done). But a Fetch below the local log start is a remote read,
+    which the broker answers empty too when it runs out of ``remote.fetch.max.wait.ms``: that one is
+    asked again. So the slice is done only when the bound covers the end and ``offset`` is at or
+    above the local log start that ListOffsets (-4) reports after the Fetch (it only grows), both
+    answered by the same leader; otherwise the caller fetches again.
+    """
+    bound = fetched.last_stable_offset if s.settings.isolation_level == 1 else fetched.high_watermark
+    if bound < s.end_offset:
+        return False
+    key = (s.topic, s.partition)
+    leader, retries = cluster.cached_leader(*key), cluster.retries
+    local_start = cluster.list_offsets({key: EARLIEST_LOCAL})[key]
+    if leader is None or cluster.retries != retries or cluster.cached_leader(*key) != leader:
+        return False  # the leadership moved in between: the answers may be two brokers'
+    if offset < local_start:
+        return False
+    log.debug("%s-%d: no records in [%d, %d) (compacted away)", s.topic, s.partition, offset, s.end_offset)
+    return True

@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from strata.spark.columnar import spark_kafka_ddl
 from strata.spark.options import parse_source_options
-from strata.spark.planning import Pushdown
+from strata.spark.planning import PartitionSlices, Pushdown, by_partition
 
 FORMAT_NAME = "strata"
 
@@ -81,9 +81,15 @@ class StrataBatchReader(DataSourceReader):
         from strata.spark.driver import plan_batch
 
         plan = plan_batch(self.options, self.pushdown)
+        if self.options.latest_per_key:  # one task per topic partition: a key's versions meet there
+            return [InputPartition(g) for g in by_partition(plan.slices)]
         return [InputPartition(s) for s in plan.slices]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition.value, PartitionSlices):
+            from strata.spark.latest import read_latest_per_key
+
+            return read_latest_per_key(partition.value)
         from strata.spark.reading import read_slice
 
         return read_slice(partition.value)
@@ -91,8 +97,16 @@ class StrataBatchReader(DataSourceReader):
 
 class StrataPushdownBatchReader(StrataBatchReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Prune by ``partition``, ``offset`` and ``timestamp``; Spark still applies every filter."""
+        """Prune by ``partition``, ``offset`` and ``timestamp``; Spark still applies every filter.
+
+        Under ``latestPerKey`` the filters apply to the latest row of each key, so an upper bound on
+        ``offset`` must not narrow the read: the records below it would yield older versions of keys
+        whose latest record lies above it. Partitions and lower bounds (``offset``, and ``timestamp``
+        through the first offset at or after it, every earlier record being older) keep the result.
+        """
         self.pushdown = pushdown_from_filters(filters)
+        if self.options.latest_per_key:
+            self.pushdown.max_offset = None
         return filters
 
 

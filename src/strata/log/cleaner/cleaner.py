@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from strata.common import Clock
+from strata.common.crashpoints import crash_point
 from strata.log.cleaner.offset_map import OffsetMap
 from strata.log.cleaner.transactions import CleanedTransactionMetadata
 from strata.log.files import CLEANED_SUFFIX
@@ -265,6 +266,7 @@ class Cleaner:
             cleaned.flush()
             mtime = os.stat(group[-1].log.path).st_mtime
             os.utime(cleaned.log.path, (mtime, mtime))
+            crash_point("cleaner.before_swap")  # the whole .cleaned segment on disk, the old ones live
             self._check_done(plog)
 
             def swap() -> None:
@@ -358,6 +360,7 @@ class Cleaner:
                 stats: CleanerStats) -> None:
         data = b"".join(out)
         dest.append(data, headers)
+        crash_point("cleaner.clean.after_append")  # a .cleaned segment half written
         stats.bytes_written += len(data)
         self.throttler.maybe_throttle(len(data))
 
