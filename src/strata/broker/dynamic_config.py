@@ -302,11 +302,14 @@ class DynamicBrokerConfigs:
         # (for DescribeConfigs and CreateTopics), the topic defaults and the tiering config (read when the
         # RemoteLogManager starts).
         broker.config = replace(broker.config, log_config=effective.log_config, remote=effective.remote,
+                                cleaner=effective.cleaner,
                                 dynamic_broker_configs=effective.dynamic_broker_configs,
                                 dynamic_default_configs=effective.dynamic_default_configs,
                                 dynamic_configs_enabled=True)
         self._apply_topic_defaults(effective)
         self._apply_remote(effective)
+        if broker.log_cleaner is not None:  # Kafka's LogCleaner.reconfigure
+            broker.log_cleaner.reconfigure(effective.cleaner)
         return True
 
     def _apply_topic_defaults(self, effective: BrokerConfig) -> None:

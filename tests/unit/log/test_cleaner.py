@@ -202,3 +202,38 @@ def test_a_truncation_during_cleaning_voids_the_swap(open_log: OpenLog, clock: M
         clean(plog, clock, c=cleaner(clock, check=truncate_once))
     assert plog.log_end_offset == target
     assert not list((tmp_path / "t-0").glob("*.cleaned"))
+
+
+def test_cleaned_log_with_empty_batches_recovers_and_replicates(open_log: OpenLog, clock: ManualClock,
+                                                                tmp_path: Path) -> None:
+    """An emptied producer batch (records_count 0) passes recovery's checks after an unclean shutdown,
+    rebuilds the producer's state, and a follower appends the cleaned log as it is, gaps included."""
+    plog = open_log(COMPACT)
+    for seq in range(4):
+        put(plog, (b"a", b"%d" % seq), producer_id=9, producer_epoch=0, base_sequence=seq)
+        put(plog, (b"a", b"plain-%d" % seq))
+    plog.roll()
+    clean(plog, clock)
+    segments = plog.segments
+    data = b"".join(s.log.read(0, s.size) for s in segments)
+    assert any(h.records_count == 0 for _, h in iter_batches(data))
+    plog.local_log.close_handlers()  # a crash: no clean shutdown marker, recovery from offset 0
+    again = open_log(COMPACT, had_clean_shutdown=False, recovery_point=0)
+    assert records(again) == records(plog)
+    assert again.producer_state.last_entry(9) is not None
+    assert again.producer_state.last_entry(9).last_seq == 3  # type: ignore[union-attr]
+    put(again, (b"a", b"next"), producer_id=9, producer_epoch=0, base_sequence=4)
+    # a follower (another directory) appends the leader's cleaned batches with their gaps
+    from strata.common import TopicPartition
+    from strata.common.scheduler import ThreadScheduler
+    from strata.log.loader import load_partition_log
+
+    follower = load_partition_log(tmp_path / "follower-0", TopicPartition("follower", 0), COMPACT, clock,
+                                  ThreadScheduler())
+    try:
+        for pos, header in iter_batches(data):
+            follower.append_as_follower(data[pos: pos + header.size])
+        assert records(follower) == records(plog)
+        assert follower.producer_state.last_entry(9).last_seq == 3  # type: ignore[union-attr]
+    finally:
+        follower.local_log.close_handlers()

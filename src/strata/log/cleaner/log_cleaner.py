@@ -60,10 +60,13 @@ class LogCleaner:
             log.info("log cleaner disabled: compacted topics are not compacted")
             return
         per_thread = self.config.dedupe_buffer_size // self.config.num_threads
+        stop = self._stop  # each generation of threads keeps its own event (reconfigure replaces it)
         for i in range(self.config.num_threads):
             offset_map = OffsetMap(per_thread, self.config.dedupe_buffer_load_factor)
-            cleaner = Cleaner(i, offset_map, self._throttler, self._clock, self._call_on_log_thread, self._check_done)
-            t = threading.Thread(target=self._run, args=(cleaner,), name=f"strata-log-cleaner-{i}", daemon=True)
+            cleaner = Cleaner(i, offset_map, self._throttler, self._clock,
+                              lambda fn: self._call_on_log_thread(fn, stop), lambda p: self._check_done(p, stop))
+            t = threading.Thread(target=self._run, args=(cleaner, stop), name=f"strata-log-cleaner-{i}",
+                                 daemon=True)
             self._threads.append(t)
             t.start()
 
@@ -75,6 +78,26 @@ class LogCleaner:
             t.join(max(0.0, deadline - time.monotonic()))
         self._threads.clear()
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Dynamic ``log.cleaner.*`` (Kafka's ``LogCleaner.reconfigure``): the rate and back-off apply at
+        once; a new thread count, dedupe buffer or enable flag restarts the threads (a cleaning in progress
+        is aborted and done again). The restart runs on a thread of its own: the threads being stopped may
+        be waiting for the caller's loop."""
+        old, self.config = self.config, config
+        self._throttler.rate = config.max_io_bytes_per_second
+        if (old.enable, old.num_threads, old.dedupe_buffer_size, old.dedupe_buffer_load_factor) == \
+                (config.enable, config.num_threads, config.dedupe_buffer_size, config.dedupe_buffer_load_factor):
+            return
+
+        def restart() -> None:
+            self.shutdown()
+            self._stop = threading.Event()
+            self.start()
+            log.info("log cleaner restarted with %d threads, %d bytes of dedupe buffer", config.num_threads,
+                     config.dedupe_buffer_size)
+
+        threading.Thread(target=restart, name="strata-log-cleaner-reconfigure", daemon=True).start()
+
     def wait_for_cleanings(self, count: int, timeout_s: float) -> bool:
         """Tests and tools: wait until ``count`` cleanings have completed since start."""
         with self._done:
@@ -82,20 +105,21 @@ class LogCleaner:
 
     # -- the thread ------------------------------------------------------------------------------
 
-    def _run(self, cleaner: Cleaner) -> None:
+    def _run(self, cleaner: Cleaner, stop: threading.Event) -> None:
         try:
-            while not self._stop.is_set():
-                cleaned = self._clean_filthiest_log(cleaner)
+            while not stop.is_set():
+                cleaned = self._clean_filthiest_log(cleaner, stop)
                 if not cleaned:
-                    self._stop.wait(self.config.backoff_ms / 1000)
+                    stop.wait(self.config.backoff_ms / 1000)
         except CleaningAbortedError:
             pass  # shutting down
         except Exception:
             self.dead_threads += 1
             log.exception("log cleaner thread %d died", cleaner.id)
 
-    def _clean_filthiest_log(self, cleaner: Cleaner) -> bool:
-        ltc = self._call_on_log_thread(lambda: self.manager.grab_filthiest_compacted_log(self._clock.milliseconds()))
+    def _clean_filthiest_log(self, cleaner: Cleaner, stop: threading.Event) -> bool:
+        ltc = self._call_on_log_thread(lambda: self.manager.grab_filthiest_compacted_log(self._clock.milliseconds()),
+                                       stop)
         if ltc is None:
             return False
         tp = ltc.log.topic_partition
@@ -106,7 +130,7 @@ class LogCleaner:
             self.last_stats[cleaner.id] = stats
             self._log_stats(cleaner.id, ltc, end_offset, stats)
         except CleaningAbortedError as e:
-            if self._stop.is_set():
+            if stop.is_set():
                 raise
             log.info("%s: cleaning aborted: %s", tp, e)
         except Exception as e:
@@ -120,7 +144,7 @@ class LogCleaner:
                 self._done.notify_all()
         return True
 
-    def _call_on_log_thread(self, fn: Callable[[], T]) -> T:
+    def _call_on_log_thread(self, fn: Callable[[], T], stop: threading.Event) -> T:
         """Run ``fn`` on the log's thread and wait for it; shutting down aborts the wait."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -137,11 +161,11 @@ class LogCleaner:
             try:
                 return future.result(timeout=0.2)
             except concurrent.futures.TimeoutError:
-                if self._stop.is_set() and future.cancel():
+                if stop.is_set() and future.cancel():
                     raise CleaningAbortedError("the broker is shutting down") from None
 
-    def _check_done(self, plog: PartitionLog) -> None:
-        if self._stop.is_set():
+    def _check_done(self, plog: PartitionLog, stop: threading.Event) -> None:
+        if stop.is_set():
             raise CleaningAbortedError("the broker is shutting down")
         self.manager.check_cleaning_aborted(plog.topic_partition)
 
