@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 from confluent_kafka import Producer
 from tests.broker.harness import BrokerProcess
 from tests.compaction.harness import create, read_all, wait_until, wait_until_equal
+
+from strata.tools.tiers import metrics_endpoint
 
 CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
 
@@ -112,3 +115,72 @@ def test_idempotent_producer_keeps_producing_across_cleanings(broker: BrokerProc
     assert values == {b"k%d" % k: b"v%d" % max(i for i in range(sent) if i % 50 == k) for k in range(50)}
     offsets = [o for o, _, _ in got]
     assert offsets == sorted(set(offsets))
+
+
+def scrape(b: BrokerProcess) -> dict[str, float]:
+    host, port = metrics_endpoint(b.bootstrap)
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_cleaner_metrics_on_the_prometheus_endpoint(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "broker", {**CLEANER, "metrics.port": "0"}).start()
+    try:
+        create(b, "m", **{"segment.bytes": "16384"})
+        before = scrape(b)
+        assert before["kafka_log_LogCleaner_max_clean_time_secs"] == 0
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 2, "batch.size": 4096})
+        for i in range(5000):
+            p.produce("m", key=b"k%d" % (i % 100), value=b"v" * 50)
+        assert p.flush(30) == 0
+        got = wait_until("a cleaning in the metrics",
+                         lambda: (m := scrape(b))["kafka_log_LogCleaner_max_clean_time_secs"] > 0 and m)
+        assert 0 < got["kafka_log_LogCleaner_cleaner_recopy_percent"] < 50  # 100 keys of 5000 records
+        assert 0 < got["kafka_log_LogCleaner_max_buffer_utilization_percent"] <= 100
+        assert got["kafka_log_LogCleaner_DeadThreadCount"] == 0
+        assert got["kafka_log_LogCleanerManager_uncleanable_partitions_count"] == 0
+        assert "kafka_log_LogCleanerManager_max_dirty_percent" in got
+        assert got["kafka_log_LogCleanerManager_time_since_last_run_ms"] >= 0
+    finally:
+        b.stop()
+
+
+@pytest.mark.slow
+def test_one_million_updates_of_100k_keys(tmp_path: Path) -> None:
+    """The issue's acceptance at full size (make soak): 100k keys, 1M updates with 5% deletes."""
+    b = BrokerProcess(tmp_path / "broker", CLEANER).start()
+    try:
+        create(b, "big", **{"segment.bytes": str(4 << 20), "delete.retention.ms": "600000"})
+        rng = random.Random(11)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                      "batch.size": 65536, "queue.buffering.max.messages": 200_000})
+        last: dict[bytes, tuple[int, bytes | None]] = {}
+        n = 1_000_000
+        for i in range(n):
+            key = b"key-%06d" % rng.randrange(100_000)
+            value = None if rng.random() < 0.05 else b"v%07d" % i
+            while True:
+                try:
+                    p.produce("big", key=key, value=value)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            last[key] = (i, value)
+        for i in range(20_000):  # filler: the data above ends in rolled segments
+            p.produce("big", key=b"filler-%d" % i, value=b"f" * 100)
+            if i % 5000 == 0:
+                p.poll(0)
+        assert p.flush(120) == 0
+        expected = sorted((o, k, v) for k, (o, v) in last.items())
+
+        def table() -> list[tuple[int, bytes | None, bytes | None]]:
+            return [r for r in read_all(b, "big") if r[0] < n]
+
+        wait_until_equal("1M updates compacted to the latest record of each key", table, expected, timeout_s=600)
+    finally:
+        b.stop()
