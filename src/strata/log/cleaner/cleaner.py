@@ -230,11 +230,12 @@ class Cleaner:
                 stats.map_messages_read += header.records_count
             else:
                 base = header.base_offset
-                for span in scan_records(header, records_payload(batch, 0, header)):
-                    offset = base + span.offset_delta
-                    if span.key is not None and offset >= start and not m.put(span.key, offset):
-                        return True
-                    stats.map_messages_read += 1
+                spans = scan_records(header, records_payload(batch, 0, header))
+                stats.map_messages_read += len(spans)
+                entries = [(span[2], base + span[0]) for span in spans
+                           if span[2] is not None and base + span[0] >= start]
+                if not m.put_all(entries):
+                    return True
             if header.last_offset >= start:
                 m.update_latest_offset(header.last_offset)
         m.update_latest_offset(next_start - 1)  # offsets compacted away at the end of the segment
@@ -288,6 +289,7 @@ class Cleaner:
         delete_retention_ms = plog.config.delete_retention_ms
         m = self.map
         latest = m.latest_offset
+        lookup = m.lookup
         out: list[bytes | memoryview] = []
         out_headers: list[tuple[int, BatchHeader]] = []
         out_size = 0
@@ -317,17 +319,19 @@ class Cleaner:
             tombstones = False
             if not discard_records:
                 base = header.base_offset
-                for span in spans:
-                    if not header.is_control:
-                        offset = base + span.offset_delta
+                control = header.is_control
+                for span in spans:  # (offset delta, timestamp, key, has value, ...): see RecordSpan
+                    if not control:
+                        offset = base + span[0]
                         if offset <= latest:  # Kafka's shouldRetainRecord
-                            if span.key is None:
+                            key = span[2]
+                            if key is None:
                                 stats.invalid_messages_read += 1
                                 continue
-                            if offset < m.get(span.key) or not (span.has_value or retain_deletes):
+                            if offset < lookup(key, -1) or not (span[3] or retain_deletes):
                                 continue
                     retained.append(span)
-                    if not span.has_value:
+                    if not span[3]:
                         tombstones = True
             piece: bytes | memoryview
             if retained:

@@ -16,7 +16,7 @@ never sees OUT_OF_ORDER_SEQUENCE after a cleaning.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from strata.errors import CorruptRecordError
@@ -60,35 +60,72 @@ def records_payload(buf: bytes | bytearray | memoryview, position: int, header: 
     return decompress(header.compression, body) if header.compression else body
 
 
-def scan_records(header: BatchHeader, payload: bytes | memoryview) -> Iterator[RecordSpan]:
-    """Each record's offset delta, timestamp, key and whether it has a value; values are skipped."""
-    buf = payload if isinstance(payload, memoryview) else memoryview(payload)
+def scan_records(header: BatchHeader, payload: bytes | memoryview) -> list[RecordSpan]:
+    """Each record's offset delta, timestamp, key and whether it has a value; values are skipped.
+
+    The cleaner's hot loop (every record of every cleaned batch passes here twice): varints of one and
+    two bytes - nearly all lengths and deltas - are decoded inline, and the spans are built as plain
+    tuples (``RecordSpan`` only names their fields).
+    """
+    buf = bytes(payload)
     total = len(buf)
     base_ts = header.base_timestamp
-    log_append = header.attributes & TIMESTAMP_TYPE_MASK
+    fixed_ts = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    spans: list[RecordSpan] = []
+    append = spans.append
+    new = tuple.__new__
     position = 0
-    for _ in range(header.records_count):
-        length, position = read_varint(buf, position)
-        end = position + length
-        if length < 0 or end > total:
-            raise CorruptRecordError(f"record of {length} bytes runs past the batch", position)
-        ts_delta, p = read_varint(buf, position + 1)
-        offset_delta, p = read_varint(buf, p)
-        rest = p
-        key_len, p = read_varint(buf, p)
-        key = None
-        if key_len >= 0:
-            key = bytes(buf[p: p + key_len])
-            p += key_len
-        value_len, p = read_varint(buf, p)
-        if p > end:
-            raise CorruptRecordError("record fields run past the record", position)
-        yield RecordSpan(offset_delta, header.max_timestamp if log_append else base_ts + ts_delta, key,
-                         value_len >= 0, rest, end)
-        position = end
+    try:
+        for _ in range(header.records_count):
+            b = buf[position]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                position += 1
+            elif buf[position + 1] < 0x80:
+                raw = (b & 0x7F) | (buf[position + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                position += 2
+            else:
+                length, position = read_varint(buf, position)
+            end = position + length
+            if length < 0 or end > total:
+                raise CorruptRecordError(f"record of {length} bytes runs past the batch", position)
+            p = position + 1  # attributes: unused
+            b = buf[p]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                ts_delta, p = read_varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                offset_delta, p = read_varint(buf, p)
+            rest = p
+            b = buf[p]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                key_len, p = read_varint(buf, p)
+            key = None
+            if key_len >= 0:
+                key = buf[p: p + key_len]
+                p += key_len
+            b = buf[p]
+            if p >= end:
+                raise CorruptRecordError("record fields run past the record", position)
+            append(new(RecordSpan, (offset_delta, base_ts + ts_delta if fixed_ts is None else fixed_ts, key,
+                                    b != 1, rest, end)))  # a value length of -1 is the zig-zag byte 1
+            position = end
+    except IndexError:
+        raise CorruptRecordError("a record runs past the end of the batch", position) from None
     if position != total:
         raise CorruptRecordError(f"{total - position} bytes left after the {header.records_count} records "
                                  "the header declares")
+    return spans
 
 
 def rebuild_batch(header: BatchHeader, payload: bytes | memoryview, retained: Sequence[RecordSpan],
