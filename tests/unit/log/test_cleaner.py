@@ -16,7 +16,7 @@ from tests.conftest import OpenLog
 from strata.common.clock import ManualClock
 from strata.config import LogConfig
 from strata.log.cleaner.cleaner import Cleaner, Throttler
-from strata.log.cleaner.manager import build_log_to_clean, cleanable_offsets
+from strata.log.cleaner.manager import LogCleanerManager, build_log_to_clean, cleanable_offsets
 from strata.log.cleaner.offset_map import OffsetMap
 from strata.log.errors import CleaningAbortedError
 from strata.log.partition_log import FetchIsolation, PartitionLog
@@ -237,3 +237,69 @@ def test_cleaned_log_with_empty_batches_recovers_and_replicates(open_log: OpenLo
         assert follower.producer_state.last_entry(9).last_seq == 3  # type: ignore[union-attr]
     finally:
         follower.local_log.close_handlers()
+
+
+def manager_for(plog: PartitionLog, tmp_path: Path) -> LogCleanerManager:
+    return LogCleanerManager([tmp_path], lambda: {plog.topic_partition: plog}, lambda _tp: tmp_path)
+
+
+def test_min_compaction_lag_keeps_young_records(open_log: OpenLog, clock: ManualClock, tmp_path: Path) -> None:
+    """A segment holding a record younger than min.compaction.lag.ms is not cleaned, nor anything after it."""
+    config = replace(COMPACT, min_compaction_lag_ms=60_000)
+    plog = open_log(config)
+    now = clock.milliseconds()
+    for r in range(3):  # old records (timestamps 10 min ago), several segments
+        for k in range(20):
+            plog.append_as_leader(build_batch([(b"k%d" % k, b"old%d" % r)], timestamp=now - 600_000), 0)
+    plog.roll()
+    young_start = plog.log_end_offset
+    for k in range(20):  # young updates of the same keys
+        plog.append_as_leader(build_batch([(b"k%d" % k, b"young")], timestamp=now - 1_000), 0)
+    plog.roll()
+    plog.update_high_watermark(plog.log_end_offset)
+    offsets = cleanable_offsets(plog, 0, now)
+    assert offsets.first_uncleanable_dirty_offset <= young_start
+    manager = manager_for(plog, tmp_path)
+    ltc = manager.grab_filthiest_compacted_log(now)
+    assert ltc is not None and ltc.first_uncleanable_offset <= young_start
+    end, _ = cleaner(clock).clean(ltc)
+    assert end <= young_start
+    kept = records(plog)
+    assert [(k, v) for o, k, v in kept if o >= young_start] == [(b"k%d" % k, b"young") for k in range(20)]
+    # the old section was compacted within itself (the young updates were not mapped)
+    assert [(k, v) for o, k, v in kept if o < young_start] == [(b"k%d" % k, b"old2") for k in range(20)]
+
+
+def test_max_compaction_lag_forces_a_cleaning_below_the_dirty_ratio(open_log: OpenLog, clock: ManualClock,
+                                                                    tmp_path: Path) -> None:
+    config = replace(COMPACT, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=60_000)
+    plog = open_log(config)
+    fill(plog, rounds=3, keys=20)
+    plog.update_high_watermark(plog.log_end_offset)
+    manager = manager_for(plog, tmp_path)
+    manager.update_checkpoint(plog.topic_partition, plog.segments[1].base_offset)  # mostly clean: ratio < 0.99
+    assert manager.grab_filthiest_compacted_log(clock.milliseconds()) is None
+    clock.advance(120_000)  # the dirty records are now older than max.compaction.lag.ms
+    ltc = manager.grab_filthiest_compacted_log(clock.milliseconds())
+    assert ltc is not None and ltc.need_compaction_now
+    assert manager.max_compaction_delay_ms > 0
+
+
+def test_checkpoint_follows_cleanings_truncation_and_deletion(open_log: OpenLog, clock: ManualClock,
+                                                              tmp_path: Path) -> None:
+    plog = open_log(COMPACT)
+    fill(plog, rounds=3, keys=20)
+    plog.update_high_watermark(plog.log_end_offset)
+    manager = manager_for(plog, tmp_path)
+    ltc = manager.grab_filthiest_compacted_log(clock.milliseconds())
+    assert ltc is not None
+    assert manager.grab_filthiest_compacted_log(clock.milliseconds()) is None  # in progress: not chosen twice
+    end, stats = cleaner(clock).clean(ltc)
+    manager.done_cleaning(plog.topic_partition, end, stats.delete_horizon_ms)
+    again = LogCleanerManager([tmp_path], dict, lambda _tp: tmp_path)  # read back from the file
+    assert again.all_cleaner_checkpoints() == {plog.topic_partition: end}
+    assert (tmp_path / "cleaner-offset-checkpoint").read_text().splitlines()[:2] == ["0", "1"]
+    manager.maybe_truncate_checkpoint(plog.topic_partition, 5)
+    assert manager.all_cleaner_checkpoints() == {plog.topic_partition: 5}
+    manager.remove_partition(plog.topic_partition)
+    assert manager.all_cleaner_checkpoints() == {}
