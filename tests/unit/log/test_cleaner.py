@@ -303,3 +303,25 @@ def test_checkpoint_follows_cleanings_truncation_and_deletion(open_log: OpenLog,
     assert manager.all_cleaner_checkpoints() == {plog.topic_partition: 5}
     manager.remove_partition(plog.topic_partition)
     assert manager.all_cleaner_checkpoints() == {}
+
+
+def test_throttler_holds_the_cleaners_to_the_configured_rate() -> None:
+    """log.cleaner.io.max.bytes.per.second: after each check interval the throttler sleeps off what the I/O
+    ran ahead of the rate (a fake clock: what is checked is the arithmetic, not a wall-clock timing)."""
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    t = Throttler(1_000_000, check_interval_s=0.3, clock=lambda: now[0], sleep=sleep)
+    for _ in range(10):
+        now[0] += 0.1
+        t.maybe_throttle(500_000)  # 5 MB/s offered, 1 MB/s allowed
+    total_bytes, total_time = 5_000_000, now[0]
+    assert slept and total_time >= total_bytes / 1_000_000 - 0.5  # within one interval's worth
+    unlimited = Throttler(1.7976931348623157e308, clock=lambda: now[0], sleep=sleep)
+    before = len(slept)
+    unlimited.maybe_throttle(10**12)
+    assert len(slept) == before

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -111,25 +112,31 @@ class LogToClean:
 class Throttler:
     """``log.cleaner.io.max.bytes.per.second``: sleep whenever the I/O since the last check ran ahead."""
 
-    def __init__(self, bytes_per_second: float, check_interval_s: float = 0.3) -> None:
+    def __init__(self, bytes_per_second: float, check_interval_s: float = 0.3,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.rate = bytes_per_second
         self._interval = check_interval_s
-        self._since = time.monotonic()
+        self._clock = clock
+        self._sleep = sleep
+        self._since = clock()
         self._bytes = 0
+        self._lock = threading.Lock()  # shared by the cleaner threads: the rate is for all of them
 
     def maybe_throttle(self, n: int) -> None:
         if self.rate <= 0 or self.rate >= 1e300:
             return
-        self._bytes += n
-        now = time.monotonic()
-        elapsed = now - self._since
-        if elapsed < self._interval:
-            return
-        wanted = self._bytes / self.rate
-        if wanted > elapsed:
-            time.sleep(wanted - elapsed)
-        self._since = time.monotonic()
-        self._bytes = 0
+        with self._lock:
+            self._bytes += n
+            elapsed = self._clock() - self._since
+            if elapsed < self._interval:
+                return
+            wanted = self._bytes / self.rate
+            self._bytes = 0
+            pause = wanted - elapsed
+        if pause > 0:
+            self._sleep(pause)
+        with self._lock:
+            self._since = self._clock()
 
 
 def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_index_size: int,
