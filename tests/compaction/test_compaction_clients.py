@@ -151,6 +151,7 @@ def test_cleaner_metrics_on_the_prometheus_endpoint(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_one_million_updates_of_100k_keys(tmp_path: Path) -> None:
     """The issue's acceptance at full size (make soak): 100k keys, 1M updates with 5% deletes."""
     b = BrokerProcess(tmp_path / "broker", CLEANER).start()

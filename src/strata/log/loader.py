@@ -265,7 +265,7 @@ def _recover_unflushed(segments: LogSegments, recovery_point: int, epochs: Leade
             # batch boundary. The later segments are intact, so they stay (deleting them would lose more);
             # the offsets in between are gone, which an operator must hear about.
             end, following = segment.read_next_offset(), unflushed[i + 1].base_offset
-            if end < following:
+            if end < following and "compact" not in segment.config.cleanup_policy:  # compaction leaves gaps
                 log.warning("segment %d of %s ends at offset %d, the next starts at %d: offsets %d to %d are "
                             "missing", segment.base_offset, segment.dir.name, end, following, end, following - 1)
         if truncated:

@@ -79,7 +79,8 @@ def analyze_and_validate(records: bytes | bytearray | memoryview, config: LogCon
     """Parse every batch header and check it; raises a KafkaError for the first bad batch.
 
     On a compacted topic, leader appends (any origin but REPLICATION) also have their record keys
-    checked: :func:`validate_keys`, whose messages name ``topic_partition``.
+    checked: :func:`validate_keys`, whose messages name ``topic_partition``. Timestamps are checked
+    on leader appends only as well.
     """
     batches = []
     check_keys = origin is not AppendOrigin.REPLICATION and "compact" in config.cleanup_policy
@@ -93,7 +94,11 @@ def analyze_and_validate(records: bytes | bytearray | memoryview, config: LogCon
             _validate_client_batch(header)
         if check_keys:
             validate_keys(records, position, header, topic_partition)
-        if header.timestamp_type is TimestampType.CREATE_TIME and not config.log_append_time:
+        # A follower takes the leader's batches as they are (Kafka's appendAsFollower skips LogValidator):
+        # a batch the leader's cleaner rewrote carries its delete horizon (now + delete.retention.ms) as
+        # its base timestamp, and replicated data may be older than message.timestamp.before.max.ms.
+        if (origin is not AppendOrigin.REPLICATION and header.timestamp_type is TimestampType.CREATE_TIME
+                and not config.log_append_time):
             _validate_timestamps(header, config, now_ms)
         batches.append((position, header))
     if not batches:

@@ -212,11 +212,14 @@ def test_cleaned_log_with_empty_batches_recovers_and_replicates(open_log: OpenLo
     for seq in range(4):
         put(plog, (b"a", b"%d" % seq), producer_id=9, producer_epoch=0, base_sequence=seq)
         put(plog, (b"a", b"plain-%d" % seq))
+    put(plog, (b"gone", b"1"))
+    put(plog, (b"gone", None))  # a tombstone: its batch gets a delete horizon a day ahead, as its timestamp
     plog.roll()
     clean(plog, clock)
     segments = plog.segments
     data = b"".join(s.log.read(0, s.size) for s in segments)
     assert any(h.records_count == 0 for _, h in iter_batches(data))
+    assert any(delete_horizon_ms(h) for _, h in iter_batches(data))
     plog.local_log.close_handlers()  # a crash: no clean shutdown marker, recovery from offset 0
     again = open_log(COMPACT, had_clean_shutdown=False, recovery_point=0)
     assert records(again) == records(plog)
@@ -325,3 +328,47 @@ def test_throttler_holds_the_cleaners_to_the_configured_rate() -> None:
     before = len(slept)
     unlimited.maybe_throttle(10**12)
     assert len(slept) == before
+
+
+@pytest.mark.parametrize("abort_signalled", [True, False])
+def test_a_log_changed_between_abort_checks_is_an_abort_not_a_failure(
+        open_log: OpenLog, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        abort_signalled: bool) -> None:
+    """A truncation (or retention) removing a segment after its copy, before the cleaner's next abort
+    check, makes the cleaning raise on a file that is gone: the partition must stay cleanable (it was
+    marked uncleanable until restart, so a restarted replica never compacted again)."""
+    import threading
+
+    from strata.config.cleaner_config import CleanerConfig
+    from strata.log.cleaner.log_cleaner import LogCleaner
+
+    plog = open_log(replace(COMPACT, min_cleanable_dirty_ratio=0.01, file_delete_delay_ms=0))
+    fill(plog, rounds=5, keys=20)
+    plog.update_high_watermark(plog.log_end_offset)
+    manager = manager_for(plog, tmp_path)
+    if abort_signalled:
+        plog.on_truncated = lambda tp, offset: manager.abort_cleaning(tp)
+    lc = LogCleaner(CleanerConfig(), manager, clock, submit=lambda fn: fn())
+    stop = threading.Event()
+    c = Cleaner(0, OffsetMap(1 << 20), Throttler(0), clock, lambda fn: lc._call_on_log_thread(fn, stop),
+                lambda p: lc._check_done(p, stop))
+    real = Cleaner._clean_into
+    done = False
+
+    def clean_into(self: Cleaner, p: PartitionLog, source, *args) -> None:  # type: ignore[no-untyped-def]
+        nonlocal done
+        real(self, p, source, *args)
+        if not done and source.base_offset == max(s.base_offset for s in p.segments[:-1]):
+            done = True
+            p.truncate_to(p.segments[1].base_offset + 1)
+            source.delete_if_exists()  # file.delete.delay.ms=0: the scheduler's deletion, at once
+
+    monkeypatch.setattr(Cleaner, "_clean_into", clean_into)
+    assert lc._clean_filthiest_log(c, stop)
+    assert done and manager.uncleanable() == {}
+    monkeypatch.setattr(Cleaner, "_clean_into", real)
+    fill(plog, rounds=2, keys=20)
+    plog.update_high_watermark(plog.log_end_offset)
+    assert lc._clean_filthiest_log(c, stop)  # cleaned again, normally
+    assert manager.uncleanable() == {}
+    assert lc.cleanings == 2

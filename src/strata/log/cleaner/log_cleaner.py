@@ -134,15 +134,41 @@ class LogCleaner:
                 raise
             log.info("%s: cleaning aborted: %s", tp, e)
         except Exception as e:
-            log.warning("%s: cleaning failed, the partition is marked uncleanable until the broker restarts: "
-                        "%s: %s", tp, type(e).__name__, e, exc_info=True)
-            self.manager.mark_uncleanable(tp)
+            if self._log_changed(ltc, stop):
+                # Truncated, deleted or moved under the cleaning (a segment file renamed away between two
+                # abort checks): the log is as it was, the next cleaning starts over. Kafka's truncation
+                # waits for the cleaner instead; here nothing waits, so the error is an abort.
+                log.info("%s: cleaning aborted: the log changed meanwhile (%s: %s)", tp, type(e).__name__, e)
+            else:
+                log.warning("%s: cleaning failed, the partition is marked uncleanable until the broker restarts: "
+                            "%s: %s", tp, type(e).__name__, e, exc_info=True)
+                self.manager.mark_uncleanable(tp)
         finally:
             self.manager.done_cleaning(tp, end_offset, stats.delete_horizon_ms if stats is not None else None)
             with self._done:
                 self.cleanings += 1
                 self._done.notify_all()
         return True
+
+    def _log_changed(self, ltc: LogToClean, stop: threading.Event) -> bool:
+        """Whether a cleaning that raised was aborted, or its log changed under it since it was chosen."""
+        tp = ltc.log.topic_partition
+        try:
+            self.manager.check_cleaning_aborted(tp)
+        except CleaningAbortedError:
+            return True
+
+        def changed() -> bool:
+            if self.manager.log_of(tp) is not ltc.log:
+                return True
+            old = [s for s in ltc.segments[:-1] if s.base_offset < ltc.first_uncleanable_offset]
+            try:
+                ltc.log.check_segments_unchanged(old, [s.size for s in old])
+            except CleaningAbortedError:
+                return True
+            return not all(s.log.path.exists() for s in old)
+
+        return self._call_on_log_thread(changed, stop)
 
     def _call_on_log_thread(self, fn: Callable[[], T], stop: threading.Event) -> T:
         """Run ``fn`` on the log's thread and wait for it; shutting down aborts the wait."""

@@ -129,6 +129,9 @@ class LogCleanerManager:
         self.time_of_last_run_ms = 0
         self.max_compaction_delay_ms = 0
 
+    def log_of(self, tp: TopicPartition) -> PartitionLog | None:
+        return self._logs().get(tp)
+
     @staticmethod
     def _read(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
         try:
