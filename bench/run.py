@@ -1,7 +1,7 @@
 """``make bench``: local-log throughput against plain file I/O, and broker produce/consume
 throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import broker_bench
+import cleaner_bench
 import cluster_bench
 import columnar_bench
 import delete_topics_bench
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
-                                           "rejoin", "txn"],
+                                           "rejoin", "txn", "cleaner"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         rejoin_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "txn"):  # transactional vs idempotent produce, read_committed vs read_uncommitted
         txn_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "cleaner"):  # log cleaner vs plain copy; __consumer_offsets load, cleaner on vs off
+        cleaner_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

@@ -156,7 +156,7 @@ def test_one_million_updates_of_100k_keys(tmp_path: Path) -> None:
     """The issue's acceptance at full size (make soak): 100k keys, 1M updates with 5% deletes."""
     b = BrokerProcess(tmp_path / "broker", CLEANER).start()
     try:
-        create(b, "big", **{"segment.bytes": str(4 << 20), "delete.retention.ms": "600000"})
+        create(b, "big", **{"segment.bytes": str(4 << 20), "delete.retention.ms": "3600000"})
         rng = random.Random(11)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "enable.idempotence": True,
                       "batch.size": 65536, "queue.buffering.max.messages": 200_000})
@@ -172,7 +172,7 @@ def test_one_million_updates_of_100k_keys(tmp_path: Path) -> None:
                 except BufferError:
                     p.poll(0.05)
             last[key] = (i, value)
-        for i in range(20_000):  # filler: the data above ends in rolled segments
+        for i in range(60_000):  # filler, more than a segment: the data above ends in rolled segments
             p.produce("big", key=b"filler-%d" % i, value=b"f" * 100)
             if i % 5000 == 0:
                 p.poll(0)
