@@ -150,10 +150,9 @@ def test_cleaner_metrics_on_the_prometheus_endpoint(tmp_path: Path) -> None:
         b.stop()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(900)
 def test_one_million_updates_of_100k_keys(tmp_path: Path) -> None:
-    """The issue's acceptance at full size (make soak): 100k keys, 1M updates with 5% deletes."""
+    """The issue's acceptance at full size: 100k keys, 1M updates with 5% deletes (~11 s on 2 cores)."""
     b = BrokerProcess(tmp_path / "broker", CLEANER).start()
     try:
         create(b, "big", **{"segment.bytes": str(4 << 20), "delete.retention.ms": "3600000"})
@@ -161,21 +160,23 @@ def test_one_million_updates_of_100k_keys(tmp_path: Path) -> None:
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "enable.idempotence": True,
                       "batch.size": 65536, "queue.buffering.max.messages": 200_000})
         last: dict[bytes, tuple[int, bytes | None]] = {}
+
+        def send(key: bytes, value: bytes | None) -> None:
+            while True:
+                try:
+                    p.produce("big", key=key, value=value)
+                    return
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    p.poll(0.05)
+
         n = 1_000_000
         for i in range(n):
             key = b"key-%06d" % rng.randrange(100_000)
             value = None if rng.random() < 0.05 else b"v%07d" % i
-            while True:
-                try:
-                    p.produce("big", key=key, value=value)
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            send(key, value)
             last[key] = (i, value)
         for i in range(60_000):  # filler, more than a segment: the data above ends in rolled segments
-            p.produce("big", key=b"filler-%d" % i, value=b"f" * 100)
-            if i % 5000 == 0:
-                p.poll(0)
+            send(b"filler-%d" % i, b"f" * 100)
         assert p.flush(120) == 0
         expected = sorted((o, k, v) for k, (o, v) in last.items())
 
