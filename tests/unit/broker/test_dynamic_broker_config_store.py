@@ -233,6 +233,7 @@ class _Broker:
         self.replicas = _Replicas()
         self.cluster = None
         self.remote_log_manager = None
+        self.log_cleaner = None
         self.tiering_checked: list[str] = []
         self.dynamic_configs = DynamicBrokerConfigs(self)  # type: ignore[arg-type]
 
