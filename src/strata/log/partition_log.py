@@ -11,7 +11,6 @@ on, a segment leaves the local disk only once its last offset is in remote stora
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
@@ -21,6 +20,7 @@ from strata.common.crashpoints import crash_point
 from strata.config import LogConfig
 from strata.errors import OffsetOutOfRangeError
 from strata.log import retention
+from strata.log.checkpoints import fsync_dir
 from strata.log.errors import CleaningAbortedError
 from strata.log.file_records import FetchDataInfo, LogOffsetMetadata
 from strata.log.files import CLEANED_SUFFIX, SWAP_SUFFIX
@@ -39,15 +39,6 @@ from strata.log.validator import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames in ``directory`` durable (Kafka's ``Utils.flushDir``)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FetchIsolation(IntEnum):
@@ -486,7 +477,7 @@ class PartitionLog:
             self._scheduler.schedule(f"delete-{segment.log.path.name}", segment.delete_if_exists,
                                      self.config.file_delete_delay_ms)
         cleaned.change_file_suffixes(SWAP_SUFFIX, "")
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)  # the renames durable (Kafka's Utils.flushDir)
         for segment in deleted_not_replaced:
             marked = self.producer_state.remove_and_mark_snapshot_for_deletion(segment.base_offset)
             if marked is not None:
