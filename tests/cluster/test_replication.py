@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.harness import running_cluster, wait_until
 
 
@@ -107,7 +107,12 @@ def test_group_offsets_survive_the_coordinator(zk_connect: str, tmp_path: Path) 
         cluster.brokers[coordinator].kill()
 
         def offsets_back() -> bool:
-            got = cluster.admin().list_consumer_group_offsets(
+            # A new admin client per attempt, as `kafka-consumer-groups --describe` would be: a long-lived
+            # librdkafka client keeps the dead coordinator in its coordinator cache for metadata.max.age.ms and
+            # re-asks FindCoordinator only when that broker's connection state changes, which its growing
+            # reconnect backoff can put past the request timeout.
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            got = admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions("survivor")])["survivor"].result(10)
             return {tp.partition: tp.offset for tp in got.topic_partitions} == committed
         wait_until(offsets_back, 30, "the committed offsets from the new coordinator")
