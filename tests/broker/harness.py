@@ -29,9 +29,15 @@ TEST_DEFAULTS = {
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, props: dict[str, str] | None = None) -> None:
+    """``listeners``: more named listeners beside the PLAINTEXT one, name -> security protocol (their ports
+    are chosen here and kept across restarts: ``listener_ports``)."""
+
+    def __init__(self, data_dir: Path, props: dict[str, str] | None = None,
+                 listeners: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.props = {**TEST_DEFAULTS, **(props or {})}
+        self.listeners = dict(listeners or {})
+        self.listener_ports: dict[str, int] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self.log_path = data_dir / "broker.log"
@@ -42,15 +48,25 @@ class BrokerProcess:
         assert self.port is not None, "broker not started"
         return f"127.0.0.1:{self.port}"
 
+    def address(self, listener: str) -> str:
+        """``127.0.0.1:PORT`` of a named listener (``PLAINTEXT``: the bootstrap one)."""
+        return self.bootstrap if listener == "PLAINTEXT" else f"127.0.0.1:{self.listener_ports[listener]}"
+
     def start(self) -> BrokerProcess:
         """Start (or restart on the same port, so clients can reconnect) and wait for the ready line."""
         assert self.proc is None, "already running"
         # A port below the ephemeral range, kept across restarts: a bind(0) port could be taken by an
         # outgoing connection while the broker is down and the restart would fail with EADDRINUSE.
         port = self.port = self.port or free_port()
+        for name in self.listeners:
+            self.listener_ports.setdefault(name, free_port())
+        endpoints = [f"PLAINTEXT://127.0.0.1:{port}"] + [f"{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items()]
         args = [sys.executable, "-m", "strata", "serve",
                 "--set", f"log.dirs={self.data_dir / 'logs'}",
-                "--set", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+                "--set", f"listeners={','.join(endpoints)}"]
+        if self.listeners:
+            protocols = {"PLAINTEXT": "PLAINTEXT", **self.listeners}
+            args += ["--set", "listener.security.protocol.map=" + ",".join(f"{n}:{p}" for n, p in protocols.items())]
         for k, v in self.props.items():
             args += ["--set", f"{k}={v}"]
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -61,14 +61,15 @@ class VerboseBrokerProcess(BrokerProcess):
 
 class Cluster:
     def __init__(self, zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, listeners: dict[str, str] | None = None) -> None:
         self.zk_connect = zk_connect
         self._admin: AdminClient | None = None
         self.brokers: dict[int, BrokerProcess] = {}
         process = VerboseBrokerProcess if verbose else BrokerProcess
         for broker_id in range(1, size + 1):
             b = process(base / f"broker-{broker_id}", {
-                **CLUSTER_DEFAULTS, "zookeeper.connect": zk_connect, "broker.id": str(broker_id), **(props or {})})
+                **CLUSTER_DEFAULTS, "zookeeper.connect": zk_connect, "broker.id": str(broker_id), **(props or {})},
+                listeners=listeners)
             b.port = free_port()  # fixed ports: a restarted broker comes back at the same address
             self.brokers[broker_id] = b
 
@@ -128,8 +129,9 @@ def wait_until(cond: Callable[[], T], timeout_s: float, what: str, interval_s: f
 
 @contextmanager
 def running_cluster(zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None,
-                    verbose: bool = False) -> Iterator[Cluster]:
-    cluster = Cluster(zk_connect, base, size, props, verbose)
+                    verbose: bool = False, listeners: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """``listeners``: named listeners beside PLAINTEXT (name -> protocol), as :class:`BrokerProcess` takes them."""
+    cluster = Cluster(zk_connect, base, size, props, verbose, listeners)
     try:
         yield cluster.start()
     except BaseException:

@@ -334,7 +334,8 @@ def test_a_replica_taken_back_into_the_isr_by_its_leader_leaves_it_when_it_dies(
     state_path = TopicPartitionStateZNode.path("t", 0)
 
     async def main() -> None:
-        node = ClusterNode(config, 9, "127.0.0.1", 9009)  # the controller's broker: session, mirror, controller
+        # the controller's broker: session, mirror, controller
+        node = ClusterNode(config, 9, [Endpoint("PLAINTEXT", "127.0.0.1", 9009)])
         await node.connect(None)
         await node.start_metadata(MetadataListener())
         await node.register()

@@ -37,10 +37,12 @@ class PartitionView:
 
 
 class ClusterView(Protocol):
-    def brokers(self) -> list[dict[str, Any]]: ...
+    """``listener``: whose addresses to give (the listener a client came in on; None: the inter-broker one)."""
+
+    def brokers(self, listener: str | None = None) -> list[dict[str, Any]]: ...
     def controller_id(self) -> int: ...
     def partition(self, topic: str, partition: int) -> PartitionView: ...
-    def broker(self, node_id: int) -> dict[str, Any] | None: ...
+    def broker(self, node_id: int, listener: str | None = None) -> dict[str, Any] | None: ...
 
 
 class TopicAdmin(Protocol):
@@ -74,11 +76,11 @@ class SingleNodeView:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def brokers(self) -> list[dict[str, Any]]:
-        return [self._broker.broker_entry()]
+    def brokers(self, listener: str | None = None) -> list[dict[str, Any]]:
+        return [self._broker.broker_entry(listener)]
 
-    def broker(self, node_id: int) -> dict[str, Any] | None:
-        entry = self._broker.broker_entry()
+    def broker(self, node_id: int, listener: str | None = None) -> dict[str, Any] | None:
+        entry = self._broker.broker_entry(listener)
         return entry if node_id == entry["node_id"] else None
 
     def controller_id(self) -> int:
@@ -147,11 +149,12 @@ class ZkClusterView:
     def __init__(self, node: ClusterNode) -> None:
         self._node = node
 
-    def brokers(self) -> list[dict[str, Any]]:
-        return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in self._node.brokers()]
+    def brokers(self, listener: str | None = None) -> list[dict[str, Any]]:
+        return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in self._node.brokers(listener)]
 
-    def broker(self, node_id: int) -> dict[str, Any] | None:
-        return next((b for b in self.brokers() if b["node_id"] == node_id), None)
+    def broker(self, node_id: int, listener: str | None = None) -> dict[str, Any] | None:
+        return next((b for b in self.brokers(listener) if b["node_id"] == node_id), None)
 
     def controller_id(self) -> int:
         return self._node.controller_id()

@@ -45,7 +45,7 @@ from strata.broker.topics import validate_topic_name
 from strata.config.broker_config import (
     BROKER_CONFIG_DEF,
     BROKER_SYNONYM_GROUPS,
-    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_BROKER_KEYS,
     DYNAMIC_ONLY_CONFIG_DEF,
     DYNAMIC_ONLY_TOPIC_SYNONYMS,
     IGNORED_KEYS,
@@ -55,6 +55,7 @@ from strata.config.broker_config import (
     merge_dynamic_configs,
 )
 from strata.config.log_config import LOG_CONFIG_DEF, TOPIC_CONFIG_ALIASES, LogConfig, canonical_topic_configs
+from strata.config.security_config import LISTENER_PREFIX, is_sensitive
 from strata.errors import ApiError, ErrorCode, InvalidConfigError
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class AlterOp(IntEnum):
 
 
 _TYPES = {"bool": ConfigType.BOOLEAN, "string": ConfigType.STRING, "int": ConfigType.INT, "long": ConfigType.LONG,
-          "double": ConfigType.DOUBLE, "list": ConfigType.LIST}
+          "double": ConfigType.DOUBLE, "list": ConfigType.LIST, "password": ConfigType.PASSWORD}
 
 # Kafka's ServerTopicConfigSynonyms: topic key -> the broker key that supplies its default. Topic keys
 # missing here (remote.storage.enable, remote.log.*) have no broker-wide default in Kafka either.
@@ -254,7 +255,7 @@ class ConfigViews:
 
     def _read_only(self, name: str) -> bool:
         """Kafka: ``!AllDynamicConfigs.contains(name)``; a broker without dynamic configs has only read-only keys."""
-        return not (self.dynamic_enabled and name in DYNAMIC_BROKER_CONFIGS)
+        return not (self.dynamic_enabled and name in DYNAMIC_BROKER_KEYS)
 
     def _config_synonyms(self, name: str) -> list[Synonym]:
         """Kafka's ``ConfigHelper.configSynonyms(name, brokerSynonyms(name))``.
@@ -330,8 +331,12 @@ class ConfigViews:
         for name, key in BROKER_CONFIG_DEF.keys.items():
             chain = self._config_synonyms(name)  # drops what outranks the key itself
             source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
-            out.append(ConfigView(name, format_value(parsed[name]), source, self._read_only(name),
-                                  _TYPES.get(key.type, ConfigType.UNKNOWN), tuple(chain), key.doc or None))
+            sensitive = key.type == "password"  # Kafka's PASSWORD keys: the value is never sent
+            out.append(ConfigView(name, None if sensitive else format_value(parsed[name]), source,
+                                  self._read_only(name), _TYPES.get(key.type, ConfigType.UNKNOWN),
+                                  _hidden(chain) if sensitive else tuple(chain), key.doc or None,
+                                  is_sensitive=sensitive))
+        out.extend(self._listener_configs(effective))
         out.extend(self._plugin_configs())
         dynamic_only = {n for n in (*self.dynamic_broker, *self.dynamic_default) if n not in BROKER_CONFIG_DEF.keys}
         for name in sorted((set(self.static) & IGNORED_KEYS) | dynamic_only):
@@ -344,6 +349,21 @@ class ConfigViews:
                                   (Synonym(name, value, ConfigSource.STATIC_BROKER_CONFIG),),
                                   "Accepted for compatibility; not used by Strata"))
         out.sort(key=lambda v: v.name)
+        return out
+
+    def _listener_configs(self, effective: Mapping[str, str]) -> list[ConfigView]:
+        """``listener.name.<listener>.<key>`` settings (per-listener TLS and SASL), secrets reported as null."""
+        out = []
+        for name in sorted(k for k in effective if k.startswith(LISTENER_PREFIX)):
+            sensitive = is_sensitive(name)
+            key = broker_config_key(name)
+            chain = self._static_chain([name])
+            source = chain[0].source if chain else ConfigSource.STATIC_BROKER_CONFIG
+            out.append(ConfigView(name, None if sensitive else effective[name], source, self._read_only(name),
+                                  ConfigType.PASSWORD if sensitive else
+                                  (_TYPES.get(key.type, ConfigType.STRING) if key else ConfigType.STRING),
+                                  _hidden(chain) if sensitive else tuple(chain), key.doc if key else None,
+                                  is_sensitive=sensitive))
         return out
 
     def default_broker_configs(self) -> list[ConfigView]:
@@ -392,6 +412,10 @@ class ConfigViews:
 
 
 _SENSITIVE_WORDS = ("password", "secret", "token", "credential", "access.key", "private")
+
+
+def _hidden(chain: Iterable[Synonym]) -> tuple[Synonym, ...]:
+    return tuple(Synonym(syn.name, None, syn.source) for syn in chain)
 
 
 def is_sensitive_key(key: str) -> bool:

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import errno
 import logging
-import os
 import socket
+import ssl
+import struct
 import sys
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from strata.broker.authentication import SASL_MAX_RECEIVE_SIZE, Session, log_failure
 from strata.broker.dispatch import CloseConnection, RequestContext, Spliced, handlers, supported_versions
+from strata.broker.transport import readable, recv_into, send_bytes, sendfile_slice, tls_handshake, writable
 from strata.protocol.build import make, zero_values
-from strata.protocol.connection import NEED_DATA, ProtocolViolation, ServerConnection
+from strata.protocol.connection import NEED_DATA, ProtocolViolation, RawFrame, ServerConnection
 from strata.protocol.frame import Request, api_versions_unsupported_response, encode_response, response_class
+from strata.security.principal import NoMatchingRuleError
+from strata.security.sasl import SaslAuthenticationError
 
 if TYPE_CHECKING:
     from strata.broker.server import Broker
@@ -41,7 +44,7 @@ log = logging.getLogger(__name__)
 RECV_BYTES = 256 * 1024
 _shared = threading.local()  # one receive buffer per event-loop thread, shared by its connections
 LARGE_PART = 64 * 1024  # buffers at least this big are sent as they are instead of copied into one
-MSG_MORE = getattr(socket, "MSG_MORE", 0)
+_SIZE = struct.Struct(">i")
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 _allocator_tuned = False
@@ -73,31 +76,6 @@ def tune_allocator() -> None:
     mallopt(M_TRIM_THRESHOLD, 128 * 1024 * 1024)
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    """The fd callback: the waiter may already be cancelled (a shutdown closing the connection in the
-    same loop iteration the fd became ready); ``set_result`` would then log an InvalidStateError."""
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    waiter = loop.create_future()
-    loop.add_writer(fd, _wake, waiter)
-    try:
-        await waiter
-    finally:
-        loop.remove_writer(fd)
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    waiter = loop.create_future()
-    loop.add_reader(fd, _wake, waiter)
-    try:
-        await waiter
-    finally:
-        loop.remove_reader(fd)
-
-
 def _receive_buffer() -> memoryview:
     """The event-loop thread's receive buffer: idle connections hold no buffer of their own.
 
@@ -111,65 +89,26 @@ def _receive_buffer() -> memoryview:
     return view
 
 
-async def send_bytes(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | bytearray | memoryview,
-                     more: bool = False, progress: Callable[[], None] | None = None) -> None:
-    """``send`` until done on a non-blocking socket; ``more``: file data follows (``MSG_MORE``).
-
-    With TCP_NODELAY, the few bytes of a Fetch response before its records would otherwise
-    leave as a segment of their own; MSG_MORE lets the kernel put them in front of the file data.
-    ``progress`` is called when bytes went out after waiting for the peer to read.
-    """
-    flags = MSG_MORE if more else 0
-    view = memoryview(data)
-    try:
-        while view:
-            try:
-                sent = sock.send(view, flags)
-            except (BlockingIOError, InterruptedError):
-                await _writable(loop, sock.fileno())
-                if progress is not None:
-                    progress()
-                continue
-            view = view[sent:]
-    finally:
-        view.release()
-
-
-async def sendfile_slice(loop: asyncio.AbstractEventLoop, sock: socket.socket, fd: int, offset: int,
-                         count: int, progress: Callable[[], None] | None = None) -> None:
-    """``os.sendfile`` on a non-blocking socket, waiting for writability on EAGAIN."""
-    out = sock.fileno()
-    while count > 0:
-        try:
-            sent = os.sendfile(out, fd, offset, count)
-        except (BlockingIOError, InterruptedError):
-            await _writable(loop, out)
-            if progress is not None:
-                progress()
-            continue
-        except OSError as e:
-            if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                await _writable(loop, out)
-                if progress is not None:
-                    progress()
-                continue
-            raise
-        if sent == 0:
-            raise ConnectionError("file slice ended early (segment truncated or deleted)")
-        offset += sent
-        count -= sent
-
-
 YIELD_EVERY_REQUESTS = 4  # buffered requests a connection serves before it lets the event loop run others
 
 class ClientConnection:
-    def __init__(self, broker: Broker, sock: socket.socket, peer: str) -> None:
+    """``session``: the listener's security state for this connection; ``tls``: the listener's server
+    context when the connection starts with a TLS handshake; ``principal_of_certificate`` turns the
+    client's certificate into the principal (SSL listeners)."""
+
+    def __init__(self, broker: Broker, sock: socket.socket, peer: str, session: Session,
+                 tls: ssl.SSLContext | None = None, principal_of_certificate: Any = None) -> None:
         self.broker = broker
         self.sock = sock
         self.peer = peer
+        self.session = session
+        self._tls = tls
+        self._principal_of_certificate = principal_of_certificate
         self._supported = supported_versions()
         self._handlers = handlers()  # the registry is complete once the broker started: look it up once
         self.protocol = ServerConnection(broker.config.socket_request_max_bytes, self._supported)
+        if session.sasl is not None:  # unauthenticated peers send small frames only (sasl.server.max.receive.size)
+            self.protocol.max_request_size = min(SASL_MAX_RECEIVE_SIZE, broker.config.socket_request_max_bytes)
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
         self._idle_s = broker.config.connections_max_idle_ms / 1000
@@ -189,7 +128,6 @@ class ClientConnection:
         a connection with data arriving could outlive ``Broker.stop`` forever.
         """
         loop = self._loop
-        sock = self.sock
         protocol = self.protocol
         broker = self.broker
         self._task = asyncio.current_task()
@@ -198,6 +136,8 @@ class ClientConnection:
             self._idle_timer = loop.call_at(self._last_active + self._idle_s, self._check_idle)
         served = 0  # requests served from buffered bytes since this task last gave the loop a turn
         try:
+            if self._tls is not None and not await self._start_tls():
+                return
             while not broker.shutting_down:
                 event = protocol.next_event()
                 if event is NEED_DATA:
@@ -217,6 +157,10 @@ class ClientConnection:
                 if isinstance(event, ProtocolViolation):
                     log.warning("closing connection from %s: %s", self.peer, event.reason)
                     return
+                if isinstance(event, RawFrame):
+                    if not await self._raw_token(event.data):
+                        return
+                    continue
                 assert isinstance(event, Request)
                 if not await self._serve(event):
                     return
@@ -238,9 +182,58 @@ class ClientConnection:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             try:
-                sock.close()
+                self.sock.close()
             except OSError:
                 pass
+
+    async def _start_tls(self) -> bool:
+        """The TLS handshake (under the idle timer); the client certificate's principal on SSL listeners."""
+        assert self._tls is not None
+        try:
+            tls_sock = self._tls.wrap_socket(self.sock, server_side=True, do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError) as e:
+            log.info("TLS with %s failed: %s", self.peer, e)
+            return False
+        self.sock = tls_sock
+        self._reading = True
+        try:
+            await tls_handshake(self._loop, tls_sock)
+        except (ssl.SSLError, OSError) as e:  # a plaintext client, an untrusted or expired certificate ...
+            log.info("TLS handshake with %s failed: %s", self.peer, getattr(e, "reason", None) or e)
+            return False
+        finally:
+            self._reading = False
+        self._last_active = self._loop.time()
+        if self.session.sasl is None and self._principal_of_certificate is not None:
+            try:
+                self.session.principal = self._principal_of_certificate(tls_sock)
+            except NoMatchingRuleError as e:  # Kafka fails the authentication: no principal, no connection
+                log.info("closing TLS connection from %s: ssl.principal.mapping.rules map no name for it (%s)",
+                         self.peer, e)
+                return False
+        return True
+
+    async def _raw_token(self, token: bytes) -> bool:
+        """A SASL token after a v0 SaslHandshake: the challenge goes back as a bare frame; a failure
+        closes the connection (v0 has no way to carry an error) after the failure delay."""
+        state = self.session.sasl
+        assert state is not None
+        try:
+            challenge, principal = state.authenticate(token, self.session.principal)
+        except SaslAuthenticationError as e:
+            log_failure(self.session, state.mechanism, e.detail or str(e))
+            await asyncio.sleep(state.failure_delay_ms / 1000)
+            return False
+        if principal is not None:
+            self.session.principal = principal
+            self._authenticated()
+        await self._send([_SIZE.pack(len(challenge)) + challenge])
+        return True
+
+    def _authenticated(self) -> None:
+        """Authentication finished: requests go back to being requests, of any size."""
+        self.protocol.raw_frames = False
+        self.protocol.max_request_size = self.broker.config.socket_request_max_bytes
 
     async def _recv(self, direct: memoryview | None) -> int:
         """One read: into ``direct`` (the rest of a large frame), else through the shared buffer.
@@ -248,20 +241,22 @@ class ClientConnection:
         Bytes read into the shared buffer reach the protocol before the next ``await``. Returns
         the byte count (0: the peer closed).
         """
-        sock = self.sock
+        if direct is not None:
+            n = await recv_into(self._loop, self.sock, direct)
+            self.protocol.buffer_updated(n)
+            return n
         while True:
-            try:
-                if direct is not None:
-                    n = sock.recv_into(direct)
-                    self.protocol.buffer_updated(n)
-                    return n
-                shared = _receive_buffer()
-                n = sock.recv_into(shared)
-                if n:
-                    self.protocol.receive_data(shared[:n])
-                return n
-            except (BlockingIOError, InterruptedError):
-                await _readable(self._loop, sock.fileno())
+            try:  # the shared buffer must reach the protocol with no await in between
+                n = self.sock.recv_into(_receive_buffer())
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError) as e:
+                wait = writable if isinstance(e, ssl.SSLWantWriteError) else readable
+                await wait(self._loop, self.sock.fileno())
+                continue
+            except ssl.SSLZeroReturnError:
+                return 0
+            if n:
+                self.protocol.receive_data(_receive_buffer()[:n])
+            return n
 
     def _progress(self) -> None:
         """The peer read part of a response: a slow reader is not an idle one."""
@@ -291,8 +286,20 @@ class ClientConnection:
                       request.api_version, self.peer)
             await self._send([api_versions_unsupported_response(cid, self._supported)])
             return True
+        session = self.session
+        state = session.sasl
+        if state is not None:
+            if not state.allows(request.api_key):
+                log.info("closing connection from %s: %s request (API %d) %s", self.peer,
+                         "unexpected" if state.authenticated else "before SASL authentication", request.api_key,
+                         "during a SASL exchange" if state.server is not None else "")
+                return False
+            if state.authenticated and state.server is None and request.api_key not in (17, 36) and state.expired():
+                log.info("closing connection from %s: its SASL session expired (connections.max.reauth.ms) and "
+                         "the client did not re-authenticate", self.peer)
+                return False
         spec = self._handlers[request.api_key]
-        ctx = RequestContext(self.broker, request, self.peer)
+        ctx = RequestContext(self.broker, request, self.peer, session)
         try:
             response = await spec.fn(ctx, request.body)
             if response is None:  # acks=0 produce: no answer
@@ -313,6 +320,15 @@ class ClientConnection:
                 return False
             parts = encode_response(error, cid)
         await self._send(parts)
+        if session.close_after_send_s is not None:
+            if session.close_after_send_s > 0:
+                await asyncio.sleep(session.close_after_send_s)
+            return False
+        if state is not None:
+            if request.api_key == 17 and state.server is not None and request.api_version == 0:
+                self.protocol.raw_frames = True  # v0: the tokens follow as bare frames
+            elif request.api_key == 36 and state.authenticated and state.server is None:
+                self._authenticated()
         return True
 
     async def _send(self, parts: list[Any]) -> None:

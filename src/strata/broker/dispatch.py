@@ -17,6 +17,7 @@ from strata.protocol.build import make, zero_values
 from strata.protocol.frame import Request, known_versions, response_class
 
 if TYPE_CHECKING:
+    from strata.broker.authentication import Session
     from strata.broker.server import Broker
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
@@ -70,14 +71,24 @@ class CloseConnection(Exception):
 
 
 class RequestContext:
-    """What a handler sees: the broker, the request header, and helpers to build its answer."""
+    """What a handler sees: the broker, the request header, the connection's security session (listener,
+    principal) and helpers to build its answer."""
 
-    __slots__ = ("broker", "request", "connection_id")
+    __slots__ = ("broker", "request", "connection_id", "session")
 
-    def __init__(self, broker: Broker, request: Request, connection_id: str) -> None:
+    def __init__(self, broker: Broker, request: Request, connection_id: str, session: Session | None = None) -> None:
         self.broker = broker
         self.request = request
         self.connection_id = connection_id
+        self.session = session
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal if self.session is not None else "User:ANONYMOUS"
+
+    @property
+    def listener_name(self) -> str | None:
+        return self.session.listener.name if self.session is not None else None
 
     @property
     def version(self) -> int:

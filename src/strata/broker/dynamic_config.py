@@ -44,11 +44,12 @@ from strata.broker.config_views import ConfigChange, incremental_broker_configs,
 from strata.cluster.broker_configs import DEFAULT_ENTITY, BrokerConfigConflictError, BrokerConfigZk
 from strata.cluster.zk import ZkError
 from strata.config.broker_config import (
-    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_BROKER_KEYS,
     DYNAMIC_THREAD_COUNT_CONFIGS,
     PER_BROKER_CONFIGS,
     BrokerConfig,
     broker_config_key,
+    is_listener_ssl_key,
     merge_dynamic_configs,
 )
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaStorageError
@@ -72,7 +73,7 @@ def _file_name(entity: str) -> str:
 def check_dynamic_configs(props: Mapping[str, str], *, per_broker: bool) -> None:
     """``DynamicBrokerConfig.validateConfigs``: dynamic keys only, valid values, per-broker keys not at the
     cluster-wide level; raises ApiError(INVALID_REQUEST) with Kafka's messages."""
-    refuse_broker_changes([ConfigChange(k, v) for k, v in props.items()], DYNAMIC_BROKER_CONFIGS)
+    refuse_broker_changes([ConfigChange(k, v) for k, v in props.items()], DYNAMIC_BROKER_KEYS)
     for name, value in props.items():
         key = broker_config_key(name)
         assert key is not None  # every dynamic key has a definition
@@ -81,7 +82,7 @@ def check_dynamic_configs(props: Mapping[str, str], *, per_broker: bool) -> None
         except InvalidConfigError as e:
             raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
     if not per_broker:
-        refused = [k for k in props if k in PER_BROKER_CONFIGS]
+        refused = [k for k in props if k in PER_BROKER_CONFIGS or is_listener_ssl_key(k)]
         if refused:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                       f"broker id must be specified: {scala_set(refused)}")
@@ -273,6 +274,8 @@ class DynamicBrokerConfigs:
             problem = self._broker.topics.check_defaults(effective.log_config)
             if problem:
                 raise ValueError(problem)
+            if entity != DEFAULT_ENTITY:
+                self._check_listener_tls(effective)
         except (InvalidConfigError, ValueError) as e:
             raise ApiError(ErrorCode.INVALID_REQUEST, f"Invalid dynamic configuration: {e}") from None
         return effective
@@ -308,6 +311,7 @@ class DynamicBrokerConfigs:
                                 dynamic_configs_enabled=True)
         self._apply_topic_defaults(effective)
         self._apply_remote(effective)
+        self._apply_listener_tls(effective)
         if broker.log_cleaner is not None:  # Kafka's LogCleaner.reconfigure
             broker.log_cleaner.reconfigure(effective.cleaner)
         return True
@@ -340,6 +344,25 @@ class DynamicBrokerConfigs:
             rlm.index_cache.resize(new.index_cache_total_size_bytes)
             log.info("remote.log.index.file.cache.total.size.bytes updated, old value: %d, new value: %d",
                      old.index_cache_total_size_bytes, new.index_cache_total_size_bytes)
+
+    def _check_listener_tls(self, effective: BrokerConfig) -> None:
+        """Kafka's ``SslFactory.validateReconfiguration``: a changed keystore must load and keep its identity."""
+        for runtime in self._broker.listeners:
+            new = effective.listener_named(runtime.name).ssl
+            if new is not None and new != runtime.config.ssl:
+                runtime.validate_tls(new)
+
+    def _apply_listener_tls(self, effective: BrokerConfig) -> None:
+        """New keystores/truststores of TLS listeners (``listener.name.<l>.ssl.keystore.location`` ...) are used
+        for new connections at once; connections already open keep their session."""
+        for runtime in self._broker.listeners:
+            new = effective.listener_named(runtime.name).ssl
+            if new is None or new == runtime.config.ssl:
+                continue
+            try:
+                runtime.reload_tls(new)
+            except InvalidConfigError as e:
+                log.error("listener %s keeps its TLS keystore: %s", runtime.name, e)
 
     def _unclean_leader_election_enable(self) -> bool:
         effective = self.effective or self._broker.config

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from strata.broker.cluster_services import ClusterView, TopicAdmin
 from strata.broker.topics import TopicRegistry
 from strata.client.async_wire import AsyncBrokerConnection
+from strata.client.security import ClientSecurity
 from strata.client.wire import ADMIN_CLIENT_ID, WireError
 from strata.common import TopicPartition
 from strata.errors import ApiError, CorruptRecordError, ErrorCode, KafkaStorageError
@@ -133,7 +134,8 @@ class ClusterMetadataTopic:
     create_in_background = True  # the topic needs registered brokers: created by the RLMM's loading thread
 
     def __init__(self, *, node_id: int, replicas: ReplicaManager, view: ClusterView, admin: TopicAdmin,
-                 topics: TopicRegistry, loop: asyncio.AbstractEventLoop) -> None:
+                 topics: TopicRegistry, loop: asyncio.AbstractEventLoop,
+                 security: ClientSecurity | None = None) -> None:
         self._node_id = node_id
         self._replicas = replicas
         self._view = view
@@ -141,6 +143,7 @@ class ClusterMetadataTopic:
         self._topics = topics
         self._loop = loop
         self._connections: dict[tuple[int, bool], tuple[AsyncBrokerConnection, asyncio.Lock]] = {}
+        self._security = security
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -187,7 +190,8 @@ class ClusterMetadataTopic:
             broker = self._view.broker(broker_id)
             if broker is None:
                 raise _Retriable(f"broker {broker_id} is not registered")
-            conn = AsyncBrokerConnection(broker["host"], broker["port"], client_id=ADMIN_CLIENT_ID, timeout_s=10.0)
+            conn = AsyncBrokerConnection(broker["host"], broker["port"], client_id=ADMIN_CLIENT_ID, timeout_s=10.0,
+                                         security=self._security)
             entry = self._connections[key] = (conn, asyncio.Lock())
         conn, lock = entry
         async with lock:  # one request at a time per connection

@@ -15,7 +15,6 @@ import asyncio
 import base64
 import logging
 import signal
-import socket
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -32,17 +31,21 @@ from strata.broker.cluster_services import (
     ZkClusterView,
     ZkTopicAdmin,
 )
-from strata.broker.connection import ClientConnection
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from strata.broker.inter_broker import inter_broker_security
+from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.broker.transaction_metrics import register_transaction_metrics
 from strata.broker.transactions import TransactionService
+from strata.broker.user_credentials import UserCredentials
+from strata.cluster.entity_configs import EntityConfigsZk
 from strata.cluster.node import ClusterNode
 from strata.cluster.zk import ZkUnavailableError
+from strata.cluster.znodes import Endpoint
 from strata.common import SystemClock, ThreadScheduler, TopicPartition
 from strata.common.metrics import Registry
 from strata.config import LogConfig
@@ -109,8 +112,9 @@ class Broker:
         self.member: ClusterMember | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         if config.cluster.enabled:
-            adv = config.advertised_listener
-            self.cluster = ClusterNode(config.cluster, config.node_id, adv.host, adv.port)
+            endpoints = [Endpoint(li.name, li.advertised_host, li.advertised_port, li.security_protocol)
+                         for li in config.listeners]
+            self.cluster = ClusterNode(config.cluster, config.node_id, endpoints, config.inter_broker_listener_name)
             self.cluster_id = ""  # from /cluster/id, checked against meta.properties in start()
         else:
             self.cluster_id = ensure_meta_properties(config.log_dirs, config.node_id, config.cluster_id)
@@ -127,8 +131,11 @@ class Broker:
         if self.cluster is not None:
             self.view = ZkClusterView(self.cluster)
             self.admin = ZkTopicAdmin(self, self.cluster)
-            self.fetchers = ReplicaFetcherManager(config.node_id, self.cluster.metadata.endpoint, self.replicas,
-                                                  config.cluster)
+            inter_broker = config.inter_broker_listener_name
+            metadata = self.cluster.metadata
+            self.fetchers = ReplicaFetcherManager(config.node_id,
+                                                  lambda broker_id: metadata.endpoint(broker_id, inter_broker),
+                                                  self.replicas, config.cluster, inter_broker_security(config))
             self.member = ClusterMember(self.cluster, self.topics, self.replicas, self.fetchers)
             self.replicas.isr_writer = self.cluster.write_isr
             cluster = self.cluster
@@ -147,19 +154,22 @@ class Broker:
         self.cluster_metrics = register_cluster_metrics(self.metrics, self.replicas, self.cluster, self.fetchers)
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
+        self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()
         self.shutting_down = False
-        self._server_sock: socket.socket | None = None
+        self.listeners: list[ListenerRuntime] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
-        self.port = config.listener.port
+        self.port = config.listeners[0].port  # the first listener's, once bound (tools and tests connect there)
+        self._bound: dict[str, int] = {}  # listener name -> bound port
 
     # -- what handlers use --------------------------------------------------------------------
 
-    def broker_entry(self) -> dict[str, Any]:
-        adv = self.config.advertised_listener
-        port = adv.port if adv.port else self.port
-        return {"node_id": self.node_id, "host": adv.host, "port": port, "rack": None}
+    def broker_entry(self, listener: str | None = None) -> dict[str, Any]:
+        """This broker's address on ``listener`` (the one a client came in on; None: the inter-broker one)."""
+        li = self.config.listener_named(listener) if listener else self.config.listener
+        port = li.advertised_port or self._bound.get(li.name, li.port)
+        return {"node_id": self.node_id, "host": li.advertised_host, "port": port, "rack": None}
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = self.topics.create(name, partitions, configs)
@@ -310,6 +320,9 @@ class Broker:
             for info in self.topics:
                 self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
         await self.dynamic_configs.start()
+        self.user_credentials = UserCredentials(
+            self.config.log_dirs[0], EntityConfigsZk(self.cluster.zk) if self.cluster is not None else None)
+        await self.user_credentials.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
         self.transactions = TransactionService(
@@ -319,16 +332,8 @@ class Broker:
         self.transactions.start()
         if self.config.remote.enabled:
             self._start_tiering()
-        listener = self.config.listener
-        sock = socket.socket(socket.AF_INET6 if ":" in listener.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((listener.host, listener.port))
-        sock.listen(256)
-        sock.setblocking(False)
-        self._server_sock = sock
-        self.port = sock.getsockname()[1]
+        self._start_listeners()
         loop = asyncio.get_running_loop()
-        self._background.append(loop.create_task(self._accept_loop(sock)))
         self._background.append(loop.create_task(self._periodic(self.config.log_retention_check_interval_ms,
                                                                  self.logs.cleanup_logs, "retention",
                                                                  self.config.log_initial_task_delay_ms)))
@@ -345,7 +350,8 @@ class Broker:
             self._background.append(loop.create_task(self._periodic(
                 self.config.cluster.replica_high_watermark_checkpoint_interval_ms, self.logs.checkpoint,
                 "high-watermark-checkpoint")))
-            self.cluster.port = self.port if not self.config.advertised_listener.port else self.cluster.port
+            self.cluster.endpoints = [replace(ep, port=ep.port or self._bound[ep.listener])
+                                      for ep in self.cluster.endpoints]
             await self.cluster.register()
         if self.config.metrics_port >= 0:
             self.admin_http = AdminHttpServer(self.config.metrics_host, self.config.metrics_port, self.metrics,
@@ -354,7 +360,11 @@ class Broker:
             # DescribeConfigs reports the bound port: `strata tiers` finds the endpoint through it.
             self.config = replace(self.config, metrics_port=port, raw={**self.config.raw, "metrics.port": str(port)})
             lifecycle.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
-        lifecycle.info("strata broker ready on %s:%d", listener.host, self.port)
+        first = self.config.listeners[0]
+        others = ", ".join(f"{li.name}://{li.host}:{self._bound[li.name]} ({li.security_protocol})"
+                           for li in self.config.listeners)
+        lifecycle.info("strata broker ready on %s:%d%s", first.host, self.port,
+                       f" (listeners {others})" if len(self.config.listeners) > 1 or first.name != "PLAINTEXT" else "")
 
     async def _join_cluster(self) -> None:
         """Connect to ZooKeeper, mirror the cluster's state, then take up this broker's replicas.
@@ -421,23 +431,25 @@ class Broker:
                 log.warning("deleting %s: its topic is not in the registry (interrupted deletion)", tp)
                 self.logs.delete_log(tp)
 
-    async def _accept_loop(self, sock: socket.socket) -> None:
+    def _start_listeners(self) -> None:
+        """Bind every listener (TLS contexts and SASL users are read here: a bad keystore stops the start)."""
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                client, addr = await loop.sock_accept(sock)
-            except OSError as e:
-                if self.shutting_down:
-                    return
-                log.warning("accept failed: %s", e)
-                await asyncio.sleep(0.1)
-                continue
-            client.setblocking(False)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = f"{addr[0]}:{addr[1]}"
-            task = loop.create_task(ClientConnection(self, client, peer).run())
-            self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
+        effective = self.dynamic_configs.effective or self.config  # stored keystore updates included
+        for li in effective.listeners:
+            runtime = ListenerRuntime(li, self.config.raw, self.scram_credential)
+            self._bound[li.name] = runtime.bind()
+            self.listeners.append(runtime)
+            self._background.append(loop.create_task(runtime.accept_loop(self, self._track_connection)))
+        self.port = self._bound[self.config.listeners[0].name]
+
+    def _track_connection(self, task: asyncio.Task[None]) -> None:
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    def scram_credential(self, user: str, mechanism: str) -> Any:
+        """The SCRAM credential of ``user`` for ``mechanism`` (None: no such user), for SASL logins."""
+        store = self.user_credentials
+        return store.scram_credential(user, mechanism) if store is not None else None
 
     def _start_tiering(self) -> None:
         """Plugins, then the metadata load (snapshot + the topic's tail), then the partitions' tasks."""
@@ -450,7 +462,8 @@ class Broker:
             loop = asyncio.get_running_loop()
             if self.cluster is not None:  # a replicated topic, read and written through its leaders
                 set_topic(ClusterMetadataTopic(node_id=self.node_id, replicas=self.replicas, view=self.view,
-                                               admin=self.admin, topics=self.topics, loop=loop))
+                                               admin=self.admin, topics=self.topics, loop=loop,
+                                               security=inter_broker_security(self.config)))
             else:
                 set_topic(BrokerMetadataTopic(self, loop))
         initialize = getattr(rlm.rlmm, "initialize", None)
@@ -522,8 +535,8 @@ class Broker:
                                "controller could not be reached)")
             except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: shut down anyway
                 log.warning("controlled shutdown failed: %s", e)
-        if self._server_sock is not None:
-            self._server_sock.close()
+        for runtime in self.listeners:
+            runtime.close()
         for task in self._background:
             task.cancel()
         for task in list(self._connections):
@@ -549,6 +562,8 @@ class Broker:
             await self.groups.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
+        if self.user_credentials is not None:
+            self.user_credentials.stop()
         try:
             if self.remote_log_manager is not None:
                 await self.remote_log_manager.close()

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from strata.broker.cluster_services import ClusterView, TopicAdmin
+from strata.broker.inter_broker import inter_broker_security
 from strata.broker.topics import TopicRegistry
 from strata.client.async_wire import AsyncBrokerConnection
 from strata.client.wire import ADMIN_CLIENT_ID, WireError
@@ -148,12 +149,13 @@ class TransactionService:
             plog.update_high_watermark(plog.log_end_offset)
             self.coordinator.on_election(p, self.replicas.leader_epoch(tp))
 
-    def coordinator_node(self, transactional_id: str) -> dict[str, Any] | None:
-        """The broker coordinating ``transactional_id`` (FindCoordinator), None when it has no leader."""
+    def coordinator_node(self, transactional_id: str, listener: str | None = None) -> dict[str, Any] | None:
+        """The broker coordinating ``transactional_id`` (FindCoordinator, with its address on the client's
+        ``listener``), None when it has no leader."""
         if not self.clustered:
             return None
         view = self.view.partition(TRANSACTION_STATE_TOPIC, self.coordinator.partition_for(transactional_id))
-        return self.view.broker(view.leader) if view.leader >= 0 else None
+        return self.view.broker(view.leader, listener) if view.leader >= 0 else None
 
     # -- cluster mode: leadership of __transaction_state partitions ------------------------------
 
@@ -422,7 +424,8 @@ class TransactionService:
             if broker is None:
                 raise WireError(f"broker {broker_id} is not registered")
             conn = AsyncBrokerConnection(broker["host"], broker["port"], client_id=ADMIN_CLIENT_ID,
-                                         timeout_s=MARKER_REQUEST_TIMEOUT_S)
+                                         timeout_s=MARKER_REQUEST_TIMEOUT_S,
+                                         security=inter_broker_security(self.config))
             entry = self._connections[broker_id] = (conn, asyncio.Lock())
         conn, lock = entry
         async with lock:

@@ -12,6 +12,7 @@ import asyncio
 import struct
 from typing import Any
 
+from strata.client.security import AuthenticationFailed, ClientSecurity, sasl_login
 from strata.client.wire import WireError, decode_response, encode_request
 
 _SIZE = struct.Struct(">i")
@@ -20,11 +21,13 @@ STREAM_LIMIT = 4 * 1024 * 1024  # read buffer: a fetch response arrives in few l
 
 
 class AsyncBrokerConnection:
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
@@ -34,12 +37,22 @@ class AsyncBrokerConnection:
         return self._writer is not None and not self._writer.is_closing()
 
     async def connect(self) -> None:
+        """TCP, then TLS and the SASL login when the peer's inter-broker listener asks for them."""
+        security = self.security
+        tls = security.ssl_context if security is not None else None
         try:
             async with asyncio.timeout(self.timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port,
-                                                                           limit=STREAM_LIMIT)
-        except (OSError, TimeoutError) as e:
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host, self.port, limit=STREAM_LIMIT, ssl=tls,
+                    server_hostname=security.server_hostname(self.host) if security is not None and tls else None)
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError: an untrusted certificate lands here
             raise WireError(f"cannot connect to {self.host}:{self.port}: {e}") from None
+        if security is not None and security.sasl_mechanism is not None:
+            try:
+                await sasl_login(security, self.call)
+            except AuthenticationFailed as e:
+                self.close()
+                raise WireError(f"{self.host}:{self.port}: {e}") from None
 
     async def call(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
         """Send one request and return its decoded response body; WireError on any failure (the

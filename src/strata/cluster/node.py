@@ -72,12 +72,15 @@ class BrokerEndpoint:
 
 
 class ClusterNode:
-    def __init__(self, config: ClusterConfig, broker_id: int, host: str, port: int) -> None:
+    def __init__(self, config: ClusterConfig, broker_id: int, endpoints: Sequence[Endpoint],
+                 inter_broker_listener: str = "PLAINTEXT") -> None:
+        """``endpoints``: the advertised listeners (a port of 0 is set once bound, before :meth:`register`);
+        ``inter_broker_listener``: whose endpoints of other brokers this broker connects to."""
         assert config.zookeeper_connect is not None
         self.config = config
         self.broker_id = broker_id
-        self.host = host
-        self.port = port
+        self.endpoints = list(endpoints)
+        self.inter_broker_listener = inter_broker_listener
         self.zk = AsyncZk(config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
                           connection_timeout_ms=config.zookeeper_connection_timeout_ms)
         self.metadata = MetadataCache(self.zk)
@@ -125,7 +128,7 @@ class ClusterNode:
         self.controller.enqueue("elect")
 
     def _registration(self) -> BrokerRegistration:
-        return BrokerRegistration(self.broker_id, (Endpoint("PLAINTEXT", self.host, self.port),),
+        return BrokerRegistration(self.broker_id, tuple(self.endpoints),
                                   rack=self.config.broker_rack, timestamp_ms=int(time.time() * 1000))
 
     async def close(self) -> None:
@@ -224,10 +227,12 @@ class ClusterNode:
 
     # -- the cluster view ---------------------------------------------------------------------
 
-    def brokers(self) -> list[BrokerEndpoint]:
+    def brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
+        """Live brokers with their address on ``listener`` (default: the inter-broker one); a broker without
+        that listener is left out, as Kafka's metadata cache does for a client's listener."""
         out = []
         for broker_id, reg in sorted(self.metadata.brokers.items()):
-            ep = reg.endpoint("PLAINTEXT")
+            ep = reg.endpoint(listener or self.inter_broker_listener)
             if ep is not None:
                 out.append(BrokerEndpoint(broker_id, ep.host or "127.0.0.1", ep.port, reg.rack))
         return out

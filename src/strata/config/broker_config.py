@@ -22,6 +22,15 @@ from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
+from strata.config.security_config import (
+    LISTENER_PREFIX,
+    SECURITY_KEYS,
+    ListenerConfig,
+    SslConfig,
+    parse_listeners,
+    parse_protocol_map,
+    strip_listener_prefix,
+)
 from strata.config.transaction_config import TRANSACTION_KEYS, TransactionConfig
 from strata.errors import InvalidConfigError
 
@@ -91,33 +100,17 @@ BROKER_CONFIG_DEF = ConfigDef([
     *CLUSTER_KEYS,
     *TRANSACTION_KEYS,
     *CLEANER_KEYS,
+    *SECURITY_KEYS,
 ])
 
 # Kafka keys that configure machinery a single asyncio process does not have.
 IGNORED_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
-    "listener.security.protocol.map", "inter.broker.listener.name", "num.network.threads", "num.io.threads",
+    "num.network.threads", "num.io.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
     "group.coordinator.rebalance.protocols",
 })
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    name: str
-    host: str
-    port: int
-
-    @classmethod
-    def parse(cls, text: str, key: str) -> Listener:
-        name, sep, rest = text.partition("://")
-        host, colon, port = rest.rpartition(":")
-        if not sep or not colon or not port.isdigit():
-            raise InvalidConfigError(f"Invalid value {text!r} for configuration {key}: expected NAME://HOST:PORT")
-        if name.upper() != "PLAINTEXT":
-            raise InvalidConfigError(f"Invalid value {text!r} for configuration {key}: only PLAINTEXT is supported")
-        return cls(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
 
 
 _NO_CONFIGS: Mapping[str, str] = MappingProxyType({})
@@ -126,8 +119,8 @@ _NO_CONFIGS: Mapping[str, str] = MappingProxyType({})
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     node_id: int
-    listener: Listener
-    advertised_listener: Listener
+    listeners: tuple[ListenerConfig, ...]
+    inter_broker_listener_name: str
     cluster_id: str | None
     log_dirs: tuple[Path, ...]
     num_partitions: int
@@ -157,6 +150,8 @@ class BrokerConfig:
     log_config: LogConfig
     raw: Mapping[str, str]
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    connections_max_reauth_ms: int = 0
+    connection_failed_authentication_delay_ms: int = 100
     # Dynamic broker configs (strata.broker.dynamic_config): what AlterConfigs stored for this broker
     # (resource "1") and cluster-wide (resource ""), as strings. ``raw`` stays the static config; only a
     # broker that can change them at run time (``dynamic_configs_enabled``) reports dynamic keys as writable.
@@ -170,17 +165,10 @@ class BrokerConfig:
         prefixes = (str(props.get("remote.log.storage.manager.impl.prefix", "rsm.config.")),
                     str(props.get("remote.log.metadata.manager.impl.prefix", "rlmm.config.")))
         known = {k: v for k, v in props.items() if k not in IGNORED_KEYS and not k.startswith(prefixes)}
-        p = BROKER_CONFIG_DEF.parse(known)
-        listeners = [Listener.parse(t, "listeners") for t in p["listeners"]]
-        if len(listeners) != 1:
-            raise InvalidConfigError("Invalid value for configuration listeners: exactly one listener is supported")
-        advertised = [Listener.parse(t, "advertised.listeners") for t in p["advertised.listeners"] or []]
-        listener = listeners[0]
-        if advertised:
-            adv = advertised[0]
-        else:
-            host = listener.host if listener.host not in ("0.0.0.0", "::") else "127.0.0.1"
-            adv = Listener(listener.name, host, listener.port)
+        listener_keys = {k: v for k, v in known.items() if k.startswith(LISTENER_PREFIX)}
+        p = BROKER_CONFIG_DEF.parse({k: v for k, v in known.items() if k not in listener_keys})
+        listeners = _listeners(props, p, listener_keys)
+        inter_broker = _inter_broker_listener(p, listeners)
         if p["broker.id"] is not None and "node.id" in props and p["broker.id"] != p["node.id"]:
             raise InvalidConfigError(f"Invalid value for configuration broker.id: {p['broker.id']} differs from "
                                      f"node.id {p['node.id']} (node.id is an alias of broker.id; set one)")
@@ -188,8 +176,8 @@ class BrokerConfig:
         dirs = p["log.dirs"] or [p["log.dir"]]
         return cls(
             node_id=node_id,
-            listener=listener,
-            advertised_listener=adv,
+            listeners=listeners,
+            inter_broker_listener_name=inter_broker,
             cluster_id=p["cluster.id"],
             log_dirs=tuple(Path(d).expanduser() for d in dirs),
             num_partitions=p["num.partitions"],
@@ -217,9 +205,24 @@ class BrokerConfig:
             cluster=ClusterConfig.from_parsed(p),
             transactions=TransactionConfig.from_parsed(p),
             cleaner=CleanerConfig.from_parsed(p),
+            connections_max_reauth_ms=p["connections.max.reauth.ms"],
+            connection_failed_authentication_delay_ms=p["connection.failed.authentication.delay.ms"],
             log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )
+
+    @property
+    def listener(self) -> ListenerConfig:
+        """The inter-broker listener: other brokers (and ``strata`` tools without a choice) use it."""
+        return self.listener_named(self.inter_broker_listener_name)
+
+    def listener_named(self, name: str) -> ListenerConfig:
+        return next(li for li in self.listeners if li.name == name)
+
+    @property
+    def inter_broker_ssl(self) -> SslConfig | None:
+        """TLS settings of this broker's own connections to others (the inter-broker listener's keys)."""
+        return self.listener.ssl
 
     def with_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> BrokerConfig:
         """This static config with dynamic broker configs over it (Kafka's ``updateCurrentConfig``).
@@ -248,6 +251,43 @@ class BrokerConfig:
                 raise InvalidConfigError(f"cannot read config file {path}: {e}") from e
         props.update(overrides or {})
         return cls.from_props(props)
+
+
+def _listeners(props: Mapping[str, object], p: Mapping[str, Any],
+               listener_keys: Mapping[str, object]) -> tuple[ListenerConfig, ...]:
+    """``listeners`` with their protocols, TLS and SASL settings; ``listener.name.*`` keys checked by name."""
+    protocol_map = parse_protocol_map(p["listener.security.protocol.map"])
+    listeners = parse_listeners(props, p["listeners"], p["advertised.listeners"], protocol_map,
+                                p["sasl.enabled.mechanisms"])
+    names = {li.name.lower() for li in listeners}
+    for key in listener_keys:
+        listener, base = strip_listener_prefix(key)
+        mechanism_key = base.split(".", 1)[1] if base.count(".") >= 2 and not base.startswith(("ssl.", "sasl.")) \
+            else None
+        if listener not in names:
+            raise InvalidConfigError(f"Unknown configuration {key!r}: there is no listener named {listener!r}")
+        if base not in BROKER_CONFIG_DEF.keys and mechanism_key not in _PER_MECHANISM_KEYS:
+            raise InvalidConfigError(f"Unknown configuration {key!r}")
+    return listeners
+
+
+# Keys a listener takes per SASL mechanism: listener.name.<listener>.<mechanism>.<key>
+_PER_MECHANISM_KEYS = frozenset({"sasl.jaas.config", "sasl.server.callback.handler.class"})
+
+
+def _inter_broker_listener(p: Mapping[str, Any], listeners: tuple[ListenerConfig, ...]) -> str:
+    """``inter.broker.listener.name``, else the listener of ``security.inter.broker.protocol``, else the
+    first one (Kafka requires one; a single-node broker has no peers, so any will do)."""
+    name = p["inter.broker.listener.name"]
+    if name is not None:
+        name = name.strip().upper()
+        if name not in {li.name for li in listeners}:
+            raise InvalidConfigError(f"Invalid value {name!r} for configuration inter.broker.listener.name: it must "
+                                     f"be one of listeners ({', '.join(li.name for li in listeners)})")
+        return name
+    proto = p["security.inter.broker.protocol"]
+    same = [li for li in listeners if li.name == proto] or [li for li in listeners if li.security_protocol == proto]
+    return (same or list(listeners))[0].name
 
 
 def _default_log_config(p: Mapping[str, Any], *, remote_system_enabled: bool) -> LogConfig:
@@ -413,8 +453,6 @@ DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
     ConfigKey("num.network.threads", "int", 3, at_least(1), _NO_EFFECT),
     ConfigKey("num.recovery.threads.per.data.dir", "int", 1, at_least(1), _NO_EFFECT),
     ConfigKey("background.threads", "int", 10, at_least(1), _NO_EFFECT),
-    ConfigKey("listener.security.protocol.map", "string",
-              "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None, _NO_EFFECT),
     ConfigKey("max.connections", "int", MAX_INT, at_least(0), _NO_EFFECT),
     ConfigKey("max.connection.creation.rate", "int", MAX_INT, at_least(0), _NO_EFFECT),
     ConfigKey("max.connections.per.ip", "int", MAX_INT, at_least(0), _NO_EFFECT),
@@ -429,8 +467,43 @@ DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
 
 
 def broker_config_key(name: str) -> ConfigKey | None:
-    """The definition of a broker key, whether server.properties takes it or it can only be set dynamically."""
+    """The definition of a broker key, whether server.properties takes it or it can only be set dynamically
+    (a ``listener.name.<l>.`` prefix has its unprefixed key's definition)."""
+    if name.startswith(LISTENER_PREFIX):
+        try:
+            name = strip_listener_prefix(name)[1]
+        except InvalidConfigError:
+            return None
     return BROKER_CONFIG_DEF.keys.get(name) or DYNAMIC_ONLY_CONFIG_DEF.keys.get(name)
+
+
+# SslConfigs.RECONFIGURABLE_CONFIGS: a listener's keystore and truststore change without a restart (per broker,
+# as listener.name.<listener>.<key>; Kafka's dynamic keystore update)
+RECONFIGURABLE_SSL_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates"})
+
+
+class DynamicBrokerKeys(frozenset[str]):
+    """``DYNAMIC_BROKER_CONFIGS`` plus every ``listener.name.<l>.<reconfigurable ssl key>`` (a set with a rule)."""
+
+    def __contains__(self, name: object) -> bool:
+        if frozenset.__contains__(self, name):
+            return True
+        return isinstance(name, str) and is_listener_ssl_key(name)
+
+
+def is_listener_ssl_key(name: str) -> bool:
+    if not name.startswith(LISTENER_PREFIX):
+        return False
+    try:
+        return strip_listener_prefix(name)[1] in RECONFIGURABLE_SSL_CONFIGS
+    except InvalidConfigError:
+        return False
+
+
+DYNAMIC_BROKER_KEYS = DynamicBrokerKeys(DYNAMIC_BROKER_CONFIGS)
 
 
 def merge_dynamic_configs(static: Mapping[str, str], default: Mapping[str, str],

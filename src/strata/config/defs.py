@@ -54,6 +54,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "long": lambda r: int(str(r).strip()),
     "double": lambda r: float(str(r).strip()),
     "string": lambda r: str(r).strip(),
+    "password": lambda r: str(r),  # a string never shown (DescribeConfigs, logs); kept verbatim
     "bool": _to_bool,
     "list": _to_list,
 }

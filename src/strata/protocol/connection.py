@@ -64,6 +64,14 @@ class ProtocolViolation:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class RawFrame:
+    """A size-prefixed frame returned as it is: a SASL token after a v0 SaslHandshake (Kafka's
+    pre-KIP-152 framing carries tokens without a request header)."""
+
+    data: bytes
+
+
 class ServerConnection:
     LARGE_FRAME = 32 * 1024  # frames from this size on are read into a buffer of their own
 
@@ -74,6 +82,7 @@ class ServerConnection:
         self._frame: bytearray | None = None  # the large frame being filled
         self._filled = 0
         self._closed: ProtocolViolation | None = None
+        self.raw_frames = False  # the next frames are SASL tokens, not requests (set by the authenticator)
 
     @property
     def buffered(self) -> int:
@@ -107,7 +116,7 @@ class ServerConnection:
         assert self._frame is not None and self._filled + n <= len(self._frame)
         self._filled += n
 
-    def next_event(self) -> Request | ProtocolViolation | _NeedData:
+    def next_event(self) -> Request | RawFrame | ProtocolViolation | _NeedData:
         """The next whole request, a violation (sticky: the connection is done), or NEED_DATA."""
         if self._closed is not None:
             return self._closed
@@ -137,7 +146,9 @@ class ServerConnection:
             buf.clear()
         return NEED_DATA
 
-    def _decode(self, frame: bytes | memoryview) -> Request | ProtocolViolation:
+    def _decode(self, frame: bytes | memoryview) -> Request | RawFrame | ProtocolViolation:
+        if self.raw_frames:
+            return RawFrame(bytes(frame))
         try:
             return decode_request(frame, self._supported)
         except MalformedRequestError as e:

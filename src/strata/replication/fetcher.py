@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from strata.client.async_wire import AsyncBrokerConnection
+from strata.client.security import ClientSecurity
 from strata.client.wire import WireError
 from strata.common import TopicPartition
 from strata.config.cluster_config import ClusterConfig
@@ -99,6 +100,7 @@ class ReplicaFetcher:
         self.source_id = source_id
         self.local_id = local_id
         self.endpoint = endpoint
+        self.security: ClientSecurity | None = None  # the inter-broker listener's TLS/SASL (set by the manager)
         self.replicas = replicas
         self.config = config
         self.partitions: dict[TopicPartition, FetchState] = {}
@@ -178,7 +180,8 @@ class ReplicaFetcher:
         if address is None:
             raise WireError(f"broker {self.source_id} is not registered")
         self._conn = AsyncBrokerConnection(address[0], address[1], client_id=f"strata-replica-{self.local_id}",
-                                           timeout_s=self.config.replica_socket_timeout_ms / 1000)
+                                           timeout_s=self.config.replica_socket_timeout_ms / 1000,
+                                           security=self.security)
         await self._conn.connect()
         return self._conn
 
@@ -406,8 +409,9 @@ class ReplicaFetcherManager:
     suffices on an event loop, where fetches of different leaders already overlap)."""
 
     def __init__(self, local_id: int, endpoint: Callable[[int], tuple[str, int] | None], replicas: ReplicaManager,
-                 config: ClusterConfig) -> None:
+                 config: ClusterConfig, security: ClientSecurity | None = None) -> None:
         self.local_id = local_id
+        self.security = security
         self.endpoint = endpoint
         self.replicas = replicas
         self.config = config
@@ -424,6 +428,7 @@ class ReplicaFetcherManager:
         if fetcher is None:
             fetcher = self.fetchers[leader] = ReplicaFetcher(leader, self.local_id, self.endpoint, self.replicas,
                                                              self.config, self.remote_aux_state)
+            fetcher.security = self.security
             fetcher.start()
         fetcher.add(tp, leader_epoch)
         self._where[tp] = leader

@@ -35,7 +35,7 @@ from strata.broker.cluster_metrics import (
 )
 from strata.broker.topics import TopicInfo
 from strata.cluster.node import ClusterNode
-from strata.cluster.znodes import ReplicaAssignment, TopicAssignment
+from strata.cluster.znodes import Endpoint, ReplicaAssignment, TopicAssignment
 from strata.common import ManualClock, ManualScheduler, TopicPartition
 from strata.common.metrics import Registry
 from strata.config import LogConfig
@@ -94,7 +94,7 @@ async def _cluster_mode(tmp_path: Path) -> None:
     clock = ManualClock()
     replicas = replica_manager(tmp_path, clock, {"strict": LogConfig(min_insync_replicas=2)})
     config = BrokerConfig.load(None, {"zookeeper.connect": "127.0.0.1:1/never-connected", "broker.id": "1"})
-    node = ClusterNode(config.cluster, 1, "127.0.0.1", 9092)
+    node = ClusterNode(config.cluster, 1, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)])
     fetchers = ReplicaFetcherManager(1, lambda _id: None, replicas, config.cluster)
     written: list[PartitionState] = []
 
@@ -192,7 +192,8 @@ def test_lag_series_for_partitions_followed_before_registration(tmp_path: Path) 
         plog.append_as_follower(build_batch([b"x"] * 4, partition_leader_epoch=0, timestamp=1_700_000_000_000))
         fetchers.fetchers[2].partitions[tp].leader_high_watermark = 10
         registry = Registry()
-        register_cluster_metrics(registry, replicas, ClusterNode(config.cluster, 1, "127.0.0.1", 9092), fetchers)
+        node = ClusterNode(config.cluster, 1, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)])
+        register_cluster_metrics(registry, replicas, node, fetchers)
         try:
             got = samples(registry.render())
             assert got[f'{CONSUMER_LAG}{{clientId="ReplicaFetcherThread-0-2",partition="0",topic="t"}}'] == 6

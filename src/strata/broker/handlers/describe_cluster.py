@@ -28,7 +28,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=b.cluster_id,
         controller_id=b.view.controller_id(),
         brokers=[{"broker_id": e["node_id"], "host": e["host"], "port": e["port"], "rack": e["rack"],
-                  "is_fenced": False} for e in b.view.brokers()],
+                  "is_fenced": False} for e in b.view.brokers(ctx.listener_name)],
         cluster_authorized_operations=authorized_operations(
             AclResourceType.CLUSTER, requested=request.include_cluster_authorized_operations),
     )

@@ -28,11 +28,11 @@ async def _group_coordinator(ctx: RequestContext, key: str) -> dict[str, Any] | 
     """The leader of the group's ``__consumer_offsets`` partition (this node on a single node)."""
     groups = ctx.broker.groups
     if not groups.clustered:
-        return ctx.broker.broker_entry()
+        return ctx.broker.broker_entry(ctx.listener_name)
     if not await groups.ensure_topic():
         return None
     view = ctx.broker.view.partition(OFFSETS_TOPIC, groups.partition_for(key))
-    return ctx.broker.view.broker(view.leader) if view.leader >= 0 else None
+    return ctx.broker.view.broker(view.leader, ctx.listener_name) if view.leader >= 0 else None
 
 
 async def _transaction_coordinator(ctx: RequestContext, key: str) -> dict[str, Any] | None:
@@ -40,8 +40,8 @@ async def _transaction_coordinator(ctx: RequestContext, key: str) -> dict[str, A
     if txns is None or not await txns.ensure_topic():
         return None
     if not txns.clustered:
-        return ctx.broker.broker_entry()
-    return txns.coordinator_node(key)
+        return ctx.broker.broker_entry(ctx.listener_name)
+    return txns.coordinator_node(key, ctx.listener_name)
 
 
 async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:

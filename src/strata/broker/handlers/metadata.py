@@ -81,7 +81,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                 entries.append(topic_entry(ctx, info, ops))
     return ctx.respond(
         throttle_time=0,
-        brokers=broker.view.brokers(),
+        brokers=broker.view.brokers(ctx.listener_name),
         cluster_id=broker.cluster_id,
         controller_id=broker.view.controller_id(),
         topics=entries,

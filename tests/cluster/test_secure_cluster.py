@@ -1,0 +1,107 @@
+"""A cluster whose brokers talk to each other over SASL_SSL (``inter.broker.listener.name``).
+
+Three brokers on a real ZooKeeper, each with a PLAINTEXT listener for clients and an INTERNAL listener
+(SASL_SSL, PLAIN logins from the listener's JAAS config, the same CA-signed certificate) that replica
+fetchers, transaction markers and the remote-log-metadata client use. Replication with ``acks=all``,
+a leader failover and a transaction spanning partitions led by different brokers all go through it;
+Metadata on the INTERNAL listener answers with INTERNAL addresses, and a broker whose inter-broker
+password is wrong cannot join the ISR.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.cluster.harness import running_cluster, wait_until
+from tests.security.certs import Pki, make_pki
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";')
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("cluster-pki"))
+
+
+def _secure_props(pki: Pki) -> dict[str, str]:
+    return {
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": JAAS,
+        "listener.name.internal.ssl.keystore.type": "PEM",
+        "listener.name.internal.ssl.keystore.location": str(pki.server.pem),
+        "listener.name.internal.ssl.truststore.type": "PEM",
+        "listener.name.internal.ssl.truststore.location": str(pki.truststore_pem),
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    }
+
+
+def test_replication_failover_and_transactions_over_sasl_ssl(zk_connect: str, tmp_path: Path, pki: Pki) -> None:
+    with running_cluster(zk_connect, tmp_path, props=_secure_props(pki),
+                         listeners={"INTERNAL": "SASL_SSL"}) as cluster:
+        admin = cluster.admin()
+        admin.create_topics([NewTopic("sec", 2, 3, config={"min.insync.replicas": "2"})])["sec"].result(30)
+        cluster.wait_full_isr("sec", 60)  # followers fetched over SASL_SSL
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+        for i in range(200):
+            producer.produce("sec", b"%d" % i, partition=i % 2)
+        assert producer.flush(30) == 0
+
+        txn = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{uuid.uuid4().hex[:6]}"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        for i in range(200, 220):
+            txn.produce("sec", b"%d" % i, partition=i % 2)
+        txn.commit_transaction(30)  # markers to both partitions' leaders, over INTERNAL
+
+        leader = cluster.leader_of("sec", 0)
+        cluster.brokers[leader].kill()
+        wait_until(lambda: cluster.leader_of("sec", 0) not in (-1, leader), 30, "a new leader of sec-0")
+
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition("sec", 0, 0), TopicPartition("sec", 1, 0)])
+        got: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < 220 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and not m.error():
+                got.add(m.value())
+        consumer.close()
+        assert got == {b"%d" % i for i in range(220)}
+
+        survivor = next(b for i, b in cluster.brokers.items() if i != leader)
+        internal = AdminClient({"bootstrap.servers": survivor.address("INTERNAL"), "security.protocol": "SASL_SSL",
+                                "ssl.ca.location": str(pki.ca_cert), "sasl.mechanisms": "PLAIN",
+                                "sasl.username": "alice", "sasl.password": "alice-secret"})
+        brokers = internal.list_topics(timeout=10).brokers
+        assert {f"{b.host}:{b.port}" for b in brokers.values()} == {
+            b.address("INTERNAL") for i, b in cluster.brokers.items() if i != leader}
+
+
+def test_a_broker_with_the_wrong_inter_broker_password_stays_out_of_the_isr(
+        zk_connect: str, tmp_path: Path, pki: Pki) -> None:
+    props = _secure_props(pki)
+    with running_cluster(zk_connect, tmp_path, size=2, props=props, listeners={"INTERNAL": "SASL_SSL"}) as cluster:
+        cluster.admin().create_topics([NewTopic("pw", 1, 2)])["pw"].result(30)
+        cluster.wait_full_isr("pw", 60)
+        follower = next(i for i in cluster.brokers if i != cluster.leader_of("pw", 0))
+        b = cluster.brokers[follower]
+        b.stop()
+        b.props["listener.name.internal.plain.sasl.jaas.config"] = JAAS.replace(
+            'password="broker-secret" user_broker', 'password="wrong" user_broker')
+        b.start()
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        producer.produce("pw", b"x", partition=0)
+        assert producer.flush(30) == 0
+        wait_until(lambda: "login as 'broker' failed" in b.tail(), 30, "the follower's refused login in its log")
+        isr = cluster.metadata("pw").partitions[0].isrs
+        assert follower not in isr, isr
