@@ -1,7 +1,8 @@
 """``make bench``: local-log throughput against plain file I/O, and broker produce/consume
 throughput with confluent-kafka against raw asyncio sockets.
 
-    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner]
+    .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
+                                                  security]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -28,6 +29,7 @@ import delete_topics_bench
 import log_bench
 import rejoin_bench
 import report as bench_report
+import security_bench
 import spark_bench
 import tiered_bench
 import txn_bench
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
-                                           "rejoin", "txn", "cleaner"],
+                                           "rejoin", "txn", "cleaner", "security"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         txn_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "cleaner"):  # log cleaner vs plain copy; __consumer_offsets load, cleaner on vs off
         cleaner_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "security"):  # produce/consume MB/s over SSL and SASL_SSL against PLAINTEXT
+        security_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

@@ -105,3 +105,54 @@ def test_a_broker_with_the_wrong_inter_broker_password_stays_out_of_the_isr(
         wait_until(lambda: "login as 'broker' failed" in b.tail(), 30, "the follower's refused login in its log")
         isr = cluster.metadata("pw").partitions[0].isrs
         assert follower not in isr, isr
+
+
+def test_acls_created_through_one_broker_apply_on_every_broker(zk_connect: str, tmp_path: Path, pki: Pki) -> None:
+    """ACLs live in ZooKeeper in Kafka's layout (``/kafka-acl/Topic/<name>``); every broker mirrors them, so one
+    created through broker 1 lets alice write to a partition led by broker 2 at once, and its deletion stops her."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kazoo.client import KazooClient
+
+    props = {**_secure_props(pki), "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+             "super.users": "User:ANONYMOUS;User:broker"}
+    with running_cluster(zk_connect, tmp_path, size=2, props=props, listeners={"INTERNAL": "SASL_SSL"}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})  # PLAINTEXT: a super user
+        admin.create_topics([NewTopic("acl-t", 2, replica_assignment=[[1], [2]])])["acl-t"].result(30)
+        alice = {"bootstrap.servers": cluster.brokers[2].address("INTERNAL"), "security.protocol": "SASL_SSL",
+                 "ssl.ca.location": str(pki.ca_cert), "sasl.mechanisms": "PLAIN", "sasl.username": "alice",
+                 "sasl.password": "alice-secret"}
+
+        def produce_both() -> list[KafkaError | None]:
+            results: list[KafkaError | None] = []
+            p = Producer({**alice, "acks": "all", "message.timeout.ms": 10_000, "retries": 0})
+            for part in (0, 1):
+                p.produce("acl-t", b"x", partition=part, on_delivery=lambda err, _m: results.append(err))
+            p.flush(30)
+            return results
+
+        assert all(e is not None and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in produce_both())
+        binding = AclBinding(ResourceType.TOPIC, "acl-t", ResourcePatternType.LITERAL, "User:alice", "*",
+                             AclOperation.WRITE, AclPermissionType.ALLOW)
+        admin.create_acls([binding])[binding].result(30)
+        assert produce_both() == [None, None]  # both leaders allow her: broker 2 mirrored the ACL
+
+        zk = KazooClient(hosts=zk_connect)
+        zk.start(10)
+        try:
+            data, _ = zk.get("/kafka-acl/Topic/acl-t")
+            assert b'"principal":"User:alice"' in data and b'"operation":"Write"' in data
+        finally:
+            zk.stop()
+            zk.close()
+        gone = AclBindingFilter(ResourceType.TOPIC, "acl-t", ResourcePatternType.LITERAL, "User:alice", "*",
+                                AclOperation.ANY, AclPermissionType.ANY)
+        admin.delete_acls([gone])[gone].result(30)
+        wait_until(lambda: all(e is not None for e in produce_both()), 30, "alice refused again on both brokers")

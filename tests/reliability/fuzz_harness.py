@@ -135,8 +135,8 @@ def transaction_seed_frames(txn: tuple[int, int] = (0, 0), init: tuple[int, int]
     transactional id at each version, and KIP-360's re-initialisation) bump ``INIT_ID``, so that replaying
     them does not fence the others, which work on ``TXN_ID``: AddPartitionsToTxn v3 and v4 (``verify_only``,
     the broker-to-broker form, and without it), a transactional Produce, AddOffsetsToTxn, TxnOffsetCommit,
-    EndTxn (commit and abort), WriteTxnMarkers (from a client: refused; with the inter-broker client id:
-    written), DescribeTransactions, ListTransactions and DescribeProducers."""
+    EndTxn (commit and abort), WriteTxnMarkers (accepted from anyone without an authorizer, as in Kafka),
+    DescribeTransactions, ListTransactions and DescribeProducers."""
     pid, epoch = txn
     out = []
     corr = 1000

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient, encode_request
+from tests.security.clients import poll_kafka_python
 
 from strata.client import wire
 
@@ -95,9 +96,8 @@ def test_kafka_python_produces_and_consumes_with_a_group(sasl_broker: BrokerProc
         producer.send(topic, b"k%d" % i)
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer(topic, **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000)
-    got = [m.value for m in consumer]
+    consumer = KafkaConsumer(topic, **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest")
+    got = poll_kafka_python(consumer, 30)
     consumer.commit()
     consumer.close()
     assert sorted(got) == sorted(b"k%d" % i for i in range(30))

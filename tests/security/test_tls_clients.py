@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
 )
 from tests.broker.harness import BrokerProcess
 from tests.security.certs import Pki, make_pki
+from tests.security.clients import poll_kafka_python
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -128,9 +129,8 @@ def test_kafka_python_over_ssl(tls_broker: BrokerProcess, pki: Pki) -> None:
         producer.send("ssl-kp", b"k%d" % i)
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer("ssl-kp", **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000)
-    got = [m.value for m in consumer]
+    consumer = KafkaConsumer("ssl-kp", **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest")
+    got = poll_kafka_python(consumer, 20)
     consumer.close()
     assert sorted(got) == sorted(b"k%d" % i for i in range(20))
 

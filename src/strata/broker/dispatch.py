@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from strata.protocol.build import make, zero_values
 from strata.protocol.frame import Request, known_versions, response_class
+from strata.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strata.broker.authentication import Session
@@ -89,6 +90,28 @@ class RequestContext:
     @property
     def listener_name(self) -> str | None:
         return self.session.listener.name if self.session is not None else None
+
+    @property
+    def client_host(self) -> str:
+        return self.session.client_host if self.session is not None else self.connection_id.rsplit(":", 1)[0]
+
+    # -- authorization (strata.broker.authorization: always yes without an authorizer) -----------------------
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May this connection's principal do ``operation`` on the resource? Kafka's ``AuthHelper.authorize``."""
+        return self.broker.authorization.authorize(self.principal, self.client_host, operation, resource_type, name)
+
+    def authorize_cluster(self, operation: AclOperation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, "kafka-cluster")
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's ``authorizeByResourceType`` (e.g. IDEMPOTENT_WRITE for a producer with any WRITE grant)."""
+        return self.broker.authorization.authorize_any(self.principal, self.client_host, operation, resource_type)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The ``*_authorized_operations`` bit field of a resource for this principal."""
+        return self.broker.authorization.authorized_operations(self.principal, self.client_host, resource_type,
+                                                               name)
 
     @property
     def version(self) -> int:

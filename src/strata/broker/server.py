@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.broker.admin_http import AdminHttpServer
+from strata.broker.authorization import Authorization
 from strata.broker.cluster_member import ClusterMember
 from strata.broker.cluster_metrics import register_cluster_metrics
 from strata.broker.cluster_services import (
@@ -155,6 +156,8 @@ class Broker:
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()
+        self.authorization = Authorization(config.raw, config.log_dirs[0],
+                                           self.cluster.zk if self.cluster is not None else None)
         self.shutting_down = False
         self.listeners: list[ListenerRuntime] = []
         self._connections: set[asyncio.Task[None]] = set()
@@ -323,6 +326,7 @@ class Broker:
         self.user_credentials = UserCredentials(
             self.config.log_dirs[0], EntityConfigsZk(self.cluster.zk) if self.cluster is not None else None)
         await self.user_credentials.start()
+        await self.authorization.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
         self.transactions = TransactionService(
@@ -564,6 +568,7 @@ class Broker:
             await self.admin_http.stop()
         if self.user_credentials is not None:
             self.user_credentials.stop()
+        self.authorization.stop()
         try:
             if self.remote_log_manager is not None:
                 await self.remote_log_manager.close()

@@ -74,6 +74,15 @@ SASL_KEYS = [
     ConfigKey("sasl.kerberos.service.name", "string", None, None, "Accepted for compatibility (no GSSAPI)"),
 ]
 
+AUTHORIZER_KEYS = [
+    ConfigKey("authorizer.class.name", "string", "", None,
+              "kafka.security.authorizer.AclAuthorizer (or StandardAuthorizer): check every request against ACLs; "
+              "empty: allow everything"),
+    ConfigKey("super.users", "string", None, None, "Principals allowed everything, ';'-separated (User:admin;User:b)"),
+    ConfigKey("allow.everyone.if.no.acl.found", "bool", False, None,
+              "A resource no ACL mentions is open to everyone (default: closed)"),
+]
+
 SECURITY_KEYS = [
     ConfigKey("listener.security.protocol.map", "list",
               [f"{k}:{v}" for k, v in DEFAULT_PROTOCOL_MAP.items()], None,
@@ -84,6 +93,7 @@ SECURITY_KEYS = [
               "Used when inter.broker.listener.name is not set"),
     *SSL_KEYS,
     *SASL_KEYS,
+    *AUTHORIZER_KEYS,
 ]
 
 _SSL_DEF = ConfigDef(SSL_KEYS)

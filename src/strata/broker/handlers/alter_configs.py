@@ -7,15 +7,22 @@ moved to IncrementalAlterConfigs; the semantics are kept exactly because old too
 them. Each resource is validated in full before anything is written and fails on its own; a
 resource named twice fails both times; broker keys that cannot change at run time are refused with
 Kafka's "Cannot update these configs dynamically: Set(...)". Rules: :mod:`strata.broker.config_views`.
+
+Authorization (Kafka's ``processLegacyAlterConfigsRequest`` / ``processIncrementalAlterConfigsRequest``):
+ALTER_CONFIGS on the topic for a TOPIC resource (TOPIC_AUTHORIZATION_FAILED), on the cluster for BROKER,
+BROKER_LOGGER and CLIENT_METRICS (CLUSTER_AUTHORIZATION_FAILED), per resource, after the duplicate check and
+before any validation of the changes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.config_views import ConfigChange, alter_resource, duplicate_resources
+from strata.broker.config_views import ConfigChange, ResourceType, alter_resource, duplicate_resources
 from strata.broker.dispatch import RequestContext, handles
+from strata.broker.handlers.describe_configs import config_authorization_error
 from strata.errors import ErrorCode, KafkaError
+from strata.security.acl import AclOperation
 
 ALTER_CONFIGS = 33
 
@@ -23,6 +30,7 @@ ALTER_CONFIGS = 33
 async def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
     """Shared by AlterConfigs and IncrementalAlterConfigs: one answer per resource, in request order."""
     dupes = duplicate_resources(request.resources)
+    checking = ctx.broker.authorization.enabled
     responses = []
     for r in request.resources:
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None,
@@ -31,6 +39,10 @@ async def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any:
             if (r.resource_type, r.resource_name) in dupes:
                 entry.update(error_code=ErrorCode.INVALID_REQUEST,
                              error_message="Each resource must appear at most once.")
+            elif checking and (incremental or r.resource_type != ResourceType.BROKER_LOGGER) and (
+                    refused := config_authorization_error(ctx, AclOperation.ALTER_CONFIGS, r.resource_type,
+                                                          r.resource_name)):  # legacy: BROKER_LOGGER is invalid
+                entry["error_code"] = refused[0]  # no message, as in Kafka (configsAuthorizationApiError)
             else:
                 changes = [ConfigChange(c.name, c.value, getattr(c, "config_operation", 0)) for c in r.configs]
                 await alter_resource(ctx.broker, r.resource_type, r.resource_name, changes, incremental=incremental,

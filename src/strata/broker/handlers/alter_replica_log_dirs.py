@@ -6,6 +6,9 @@ background (Kafka likewise answers once the future replica is created, not when 
 DescribeLogDirs lists the partition in the target directory with ``is_future_key`` until it is done.
 A path that is not one of ``log.dirs`` is LOG_DIR_NOT_FOUND; a partition this broker does not host is
 REPLICA_NOT_AVAILABLE (Kafka remembers the directory for a replica created later; Strata does not).
+
+Authorization (Kafka's ``handleAlterReplicaLogDirsRequest``): ALTER on the cluster, else every partition of
+the request answers CLUSTER_AUTHORIZATION_FAILED and nothing moves.
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation
 
 ALTER_REPLICA_LOG_DIRS = 34
 
 
 @handles(ALTER_REPLICA_LOG_DIRS)
 async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(AclOperation.ALTER):  # AlterReplicaLogDirsRequest.getErrorResponse
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return ctx.respond(throttle_time=0, results=[
+            {"topic_name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partitions]}
+            for entry in request.dirs for t in entry.topics])
     broker = ctx.broker
     logs = broker.logs
     by_path = {d.resolve(): d for d in logs.log_dirs}

@@ -7,6 +7,10 @@ topic's replication factor (here: exactly this node). ``validate_only`` checks w
 
 Internal topics keep their count: the coordinators map a group or transactional id to a partition
 by the count they were created with, so a new partition would never be used.
+
+Authorization (Kafka's ``handleCreatePartitionsRequest``): ALTER on each topic, after the duplicate check and
+before everything else (existence included): a refused topic is TOPIC_AUTHORIZATION_FAILED and does not count
+towards the request's partition limit.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from strata.broker.dispatch import RequestContext, handles
 from strata.broker.handlers.create_topics import INVALID_REPLICA_ASSIGNMENT, MAX_PARTITIONS_PER_BATCH, check_assignment
 from strata.broker.topics import INTERNAL_TOPICS
 from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.security.acl import AclOperation, ResourceType
 
 CREATE_PARTITIONS = 37
 
@@ -52,10 +57,14 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
     counts = Counter(t.name for t in request.topics)
     results = [{"name": n, "error_code": ErrorCode.INVALID_REQUEST, "error_message": "Duplicate topic name."}
                for n in sorted(n for n, c in counts.items() if c > 1)]
+    topics = [t for t in request.topics if counts[t.name] == 1]
+    if ctx.broker.authorization.enabled:
+        refused = {t.name for t in topics if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name)}
+        results += [{"name": n, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     "error_message": "The topic authorization is failed."} for n in sorted(refused)]
+        topics = [t for t in topics if t.name not in refused]
     added = 0
-    for topic in request.topics:
-        if counts[topic.name] > 1:
-            continue
+    for topic in topics:
         info = ctx.broker.topics.get(topic.name)
         if info is not None and topic.count > info.partitions:
             added += topic.count - info.partitions
@@ -64,11 +73,9 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         # MAX_RECORDS_PER_USER_OP (the same 10,000): nothing is created.
         message = "Unable to perform excessively large batch operation."
         results += [{"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": message}
-                    for t in request.topics if counts[t.name] == 1]
+                    for t in topics]
         return ctx.respond(throttle_time=0, results=results)
-    for topic in request.topics:
-        if counts[topic.name] > 1:
-            continue
+    for topic in topics:
         try:
             _check(ctx, topic)
             if not request.validate_only:

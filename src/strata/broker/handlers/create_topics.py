@@ -11,6 +11,13 @@ rack-unaware assignment (``strata.cluster.algorithms``) and the topic is written
 
 ``validate_only`` answers exactly as a real creation would (v5+ includes the resulting configs,
 partitions and replication factor), without creating anything.
+
+Authorization (Kafka 3.9's ``KafkaApis.handleCreateTopicsRequest``): CREATE on the cluster allows every
+topic; otherwise CREATE on each topic, a refused one failing TOPIC_AUTHORIZATION_FAILED ("Authorization
+failed.") before any other check but the duplicate one. The answer's configs, partition count, replication
+factor and topic id are shown only with DESCRIBE_CONFIGS on the topic; without it they stay empty/-1 and
+``topic_config_error_code`` is TOPIC_AUTHORIZATION_FAILED (also on refused and duplicate entries, as in Kafka;
+an entry failing validation keeps NONE there).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from strata.config.log_config import canonical_topic_configs
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaError
+from strata.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +138,20 @@ def _total_partitions(topics: Any, default_partitions: int) -> int:
     return total
 
 
-def _error(name: str, code: int, message: str | None) -> dict[str, Any]:
+def _error(name: str, code: int, message: str | None, config_error: int = ErrorCode.NONE) -> dict[str, Any]:
     return {"name": name, "topic_id": None, "error_code": code, "error_message": message,
-            "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": []}
+            "topic_config_error_code": config_error, "num_partitions": -1, "replication_factor": -1, "configs": []}
+
+
+def _refusals(ctx: RequestContext, names: set[str]) -> tuple[set[str], set[str]]:
+    """(topics it may not create, topics whose configs it may not see) -- both empty without an authorizer."""
+    if not ctx.broker.authorization.enabled:
+        return set(), set()
+    no_create: set[str] = set()
+    if not ctx.authorize_cluster(AclOperation.CREATE):
+        no_create = {n for n in names if not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n)}
+    no_configs = {n for n in names if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, n)}
+    return no_create, no_configs
 
 
 @handles(CREATE_TOPICS)
@@ -141,17 +160,25 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     validate_only = getattr(request, "validate_only", False)
     views = ConfigViews(broker.config)
     counts = Counter(t.name for t in request.topics)
+    no_create, no_configs = _refusals(ctx, set(counts))
+
+    def config_error(name: str) -> int:
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED if name in no_configs else ErrorCode.NONE
+
     results = []
     for dup in sorted(n for n, c in counts.items() if c > 1):
-        results.append(_error(dup, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
-    if _total_partitions(request.topics, broker.config.num_partitions) > MAX_PARTITIONS_PER_BATCH:
+        results.append(_error(dup, ErrorCode.INVALID_REQUEST, "Duplicate topic name.", config_error(dup)))
+    for topic in request.topics:
+        if counts[topic.name] == 1 and topic.name in no_create:
+            results.append(_error(topic.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.",
+                                  config_error(topic.name)))
+    allowed = [t for t in request.topics if counts[t.name] == 1 and t.name not in no_create]
+    if _total_partitions(allowed, broker.config.num_partitions) > MAX_PARTITIONS_PER_BATCH:
         message = "Excessively large number of partitions per request."
-        results += [_error(t.name, ErrorCode.POLICY_VIOLATION, message) for t in request.topics if counts[t.name] == 1]
+        results += [_error(t.name, ErrorCode.POLICY_VIOLATION, message) for t in allowed]
         return ctx.respond(throttle_time=0, topics=results)
     planned = []
-    for topic in request.topics:
-        if counts[topic.name] > 1:
-            continue
+    for topic in allowed:
         try:
             planned.append((topic, _plan(ctx, topic)))
         except KafkaError as e:
@@ -166,6 +193,8 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
                 topic_id = info.topic_id
         except KafkaError as e:
             return _error(topic.name, e.error_code, str(e))
+        if topic.name in no_configs:  # created, but the answer shows nothing of it (Kafka's includeConfigsAndMetadata)
+            return _error(topic.name, ErrorCode.NONE, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         effective = broker.topics.check_configs(configs)
         return {
             "name": topic.name, "topic_id": topic_id, "error_code": 0, "error_message": None,

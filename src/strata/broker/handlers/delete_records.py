@@ -5,6 +5,9 @@ watermark, or negative, is OFFSET_OUT_OF_RANGE; a topic whose ``cleanup.policy``
 is POLICY_VIOLATION and internal topics are INVALID_TOPIC_EXCEPTION (Kafka's
 ``ReplicaManager.deleteRecordsOnLocalLog`` and ``Partition.deleteRecordsOnLeader``). The answer's
 ``low_watermark`` is the new log start offset: consumers positioned below it are reset.
+
+Authorization (Kafka's ``handleDeleteRecordsRequest``): DELETE on each topic, once per topic and before any
+other check; a refused topic is TOPIC_AUTHORIZATION_FAILED (low watermark -1) on every partition.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS
 from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.security.acl import AclOperation, ResourceType
 
 DELETE_RECORDS = 21
 HIGH_WATERMARK = -1
@@ -39,12 +43,18 @@ def _delete(ctx: RequestContext, tp: TopicPartition, offset: int) -> int:
 
 @handles(DELETE_RECORDS)
 async def delete_records(ctx: RequestContext, request: Any) -> Any:
+    checking = ctx.broker.authorization.enabled
     topics = []
     for t in request.topics:
+        allowed = not checking or ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, t.name)
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.NONE}
+            if not allowed:
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                parts.append(entry)
+                continue
             try:
                 entry["low_watermark"] = _delete(ctx, TopicPartition(t.name, p.partition_index), p.offset)
             except KafkaError as e:

@@ -8,6 +8,11 @@ invalid; unknown names are UNKNOWN_TOPIC_OR_PARTITION and unknown ids UNKNOWN_TO
 Internal topics (``__consumer_offsets`` ...) are refused: deleting one would silently drop every
 group's committed offsets, and nothing a client wants needs it.
 
+Authorization (Kafka 3.9's ``KafkaApis.handleDeleteTopicsRequest``): DELETE on each topic, before its
+existence and the internal-topic rule, so a name the principal may not delete is TOPIC_AUTHORIZATION_FAILED
+whether it exists or not. A topic given by id is resolved first (an unknown id stays UNKNOWN_TOPIC_ID: ids
+are not secret); when the principal may not DESCRIBE it either, its name is left out of the answer.
+
 Deleting renames each partition directory to ``*-delete`` at once and removes it later
 (``LogManager.delete_logs``); the registry change is what a restart trusts.
 
@@ -29,6 +34,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS, TopicInfo
 from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.security.acl import AclOperation, ResourceType
 
 DELETE_TOPICS = 20
 TOPIC_GAP_S = 0.001
@@ -71,6 +77,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     responses += [_entry(None, i, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
                   for i in sorted((i for i, c in ids.items() if c > 1), key=str)]
 
+    checking = broker.authorization.enabled
     deleted = False
     timeout_s = max(0.0, request.timeout.total_seconds()) if hasattr(request, "timeout") else 30.0
     with broker.logs.deferred_checkpoint():
@@ -78,6 +85,14 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
             if i:
                 await asyncio.sleep(TOPIC_GAP_S)  # other connections' requests run in between topics
             info: TopicInfo | None = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+            if checking and (name is not None or info is not None):
+                topic_name = name if name is not None else info.name
+                if name is None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic_name):
+                    responses.append(_entry(None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, None))
+                    continue
+                if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic_name):
+                    responses.append(_entry(topic_name, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, None))
+                    continue
             try:
                 if name in INTERNAL_TOPICS:
                     raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}")

@@ -2,9 +2,11 @@
 
 Member metadata and the chosen protocol are shown only for Stable groups (mid-rebalance they are in
 flux), as in Kafka. An unknown group is described as Dead; from v6 it also carries
-GROUP_ID_NOT_FOUND with a message. ``authorized_operations`` (v3+) is the group bitmask when asked
-(see :mod:`strata.broker.handlers.acl_operations`), for the groups described without an error, as
-in Kafka; the others keep the "not requested" value.
+GROUP_ID_NOT_FOUND with a message. ``authorized_operations`` (v3+) is, when asked, the bit field of
+what the principal may do on the group (:meth:`RequestContext.authorized_operations`: every group operation
+without an authorizer), for the groups described without an error, as in Kafka; the others keep the "not
+requested" value. With an authorizer a group the principal may not DESCRIBE answers
+GROUP_AUTHORIZATION_FAILED with nothing else known about it (Kafka's ``DescribeGroupsResponse.groupError``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of, owns
-from strata.broker.handlers.acl_operations import UNKNOWN_OPERATIONS, AclResourceType, authorized_operations
 from strata.errors import ErrorCode
+from strata.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 
 DESCRIBE_GROUPS = 15
 NOT_FOUND_VERSION = 6
@@ -28,11 +30,12 @@ def _dead(group_id: str, code: int, message: str | None) -> dict[str, Any]:
 @handles(DESCRIBE_GROUPS)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     manager = manager_of(ctx)
-    ops = authorized_operations(AclResourceType.GROUP,
-                                requested=getattr(request, "include_authorized_operations", False))
+    include_operations = bool(getattr(request, "include_authorized_operations", False))
     out = []
     for group_id in request.groups:
-        if manager is None or not owns(ctx, group_id):
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            entry = {**_dead(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None), "group_state": ""}
+        elif manager is None or not owns(ctx, group_id):
             entry = _dead(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
         else:
             described = manager.describe_group(group_id)
@@ -42,6 +45,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
                 entry = _dead(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
             else:
                 entry = _dead(group_id, ErrorCode.NONE, None)
-        out.append({**entry, "authorized_operations": ops if entry["error_code"] == ErrorCode.NONE
-                    else UNKNOWN_OPERATIONS})
+        described_ok = include_operations and entry["error_code"] == ErrorCode.NONE
+        out.append({**entry, "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, group_id)
+                    if described_ok else AUTHORIZED_OPERATIONS_OMITTED})
     return ctx.respond(throttle_time=0, groups=out)

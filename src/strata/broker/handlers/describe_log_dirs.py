@@ -3,6 +3,9 @@
 ``kafka-log-dirs.sh`` and rebalancing tools use this to see disk usage per partition. The offset
 lag is how far the log end is behind the high watermark, which is 0 for a leader (Kafka's
 ``getLogEndOffsetLag``); v4+ adds the directory's total and usable bytes from the file system.
+
+Authorization (Kafka's ``handleDescribeLogDirsRequest``): DESCRIBE on the cluster, else no results and
+CLUSTER_AUTHORIZATION_FAILED as the top-level error (v3+; older versions just get no results).
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation
 
 DESCRIBE_LOG_DIRS = 35
 
 
 @handles(DESCRIBE_LOG_DIRS)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return ctx.respond(throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     broker = ctx.broker
     logs = broker.logs.logs
     if request.topics is None:

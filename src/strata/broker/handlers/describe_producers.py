@@ -14,6 +14,9 @@ Every producer of the partition's producer state map is listed (Kafka's ``active
 whole map, idempotent producers included): its id and epoch, the last sequence and timestamp it
 wrote, the coordinator epoch of its last marker, and the first offset of its open transaction
 (-1 when it has none), the offset a stuck last stable offset is held at.
+
+Authorization (Kafka's ``handleDescribeProducersRequest``): READ on each topic whose name is legal, before
+its existence; a refused topic is TOPIC_AUTHORIZATION_FAILED on every requested partition.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from strata.broker.topics import validate_topic_name
 from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.log.producer_state import ProducerStateEntry
+from strata.security.acl import AclOperation, ResourceType
 
 DESCRIBE_PRODUCERS = 61
 
@@ -43,6 +47,8 @@ def _topic_error(ctx: RequestContext, name: str) -> ApiError | None:
         validate_topic_name(name)
     except ApiError as e:
         return e
+    if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name):
+        return ApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
     if name not in ctx.broker.topics:
         return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         "This server does not host this topic-partition.")

@@ -5,6 +5,9 @@ and the admin client asks the controller the metadata names. A null partition li
 partition (Kafka: only those whose preferred replica is not the leader answer anything but
 ELECTION_NOT_NEEDED). Per partition: NONE, ELECTION_NOT_NEEDED (84), PREFERRED_LEADER_NOT_AVAILABLE
 (80), ELIGIBLE_LEADERS_NOT_AVAILABLE (83) or UNKNOWN_TOPIC_OR_PARTITION.
+
+Authorization (Kafka's ``handleElectLeaders``): ALTER on the cluster, checked first; else the top-level error
+(v1+) and every requested partition are CLUSTER_AUTHORIZATION_FAILED (a null list: no partitions listed).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode
+from strata.security.acl import AclOperation
 
 ELECT_LEADERS = 43
 PREFERRED = 0
@@ -23,6 +27,12 @@ PREFERRED = 0
 async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     election_type = getattr(request, "election_type", PREFERRED)
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return ctx.respond(throttle_time=0, error_code=code, replica_election_results=[
+            {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": None}
+                                                    for p in t.partitions]}
+            for t in request.topic_partitions or ()])
     if request.topic_partitions is None:
         tps = [TopicPartition(info.name, p) for info in broker.topics for p in range(info.partitions)]
     else:

@@ -11,6 +11,13 @@ remote tier on the RemoteLogManager's reader pool - every such partition of the 
 ``remote.fetch.max.wait.ms``. A read still running then is dropped and its partition answered
 empty with no error, as Kafka does (the consumer fetches again); a failed read (store down)
 answers KAFKA_STORAGE_ERROR, which clients retry.
+
+Authorization (Kafka 3.9's ``KafkaApis.handleFetchRequest``), decided once per request before the first
+pass (the long-poll reruns reuse it): a follower's fetch (``replica_id`` >= 0) needs CLUSTER_ACTION on the
+cluster, else every partition is TOPIC_AUTHORIZATION_FAILED; a consumer needs READ on each topic, checked once
+per topic and before its existence (TOPIC_AUTHORIZATION_FAILED, not UNKNOWN_TOPIC_OR_PARTITION, for a topic
+it may not read). A topic id this broker cannot resolve stays UNKNOWN_TOPIC_ID. Without an authorizer nothing
+is checked at all.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from strata.common import TopicPartition
 from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.protocol.frame import Splice
+from strata.security.acl import AclOperation, ResourceType
 from strata.tiered.api import RemoteStorageNotReadyError, TopicIdPartition
 from strata.tiered.manager import RemoteReadQueueFullError
 from strata.tiered.reader import RemoteFetchResult
@@ -137,8 +145,34 @@ def _attach(out: dict[str, Any], records: Any, state: _FetchState) -> None:
         state.bytes += records.size
 
 
-def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation) -> tuple[list[dict[str, Any]], _FetchState,
-                                                                                   list[TopicPartition]]:
+def _refused_topics(ctx: RequestContext, request: Any) -> frozenset[str] | None:
+    """The names of the requested topics this fetch may not read, or None for "every topic" (a follower
+    without CLUSTER_ACTION). Empty at once without an authorizer: the hot path pays one attribute lookup."""
+    if not ctx.broker.authorization.enabled:
+        return frozenset()
+    if replica_id_of(request) >= 0:
+        return frozenset() if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION) else None
+    topics = ctx.broker.topics
+    names = set()
+    for t in request.topics:
+        name = getattr(t, "topic", None)
+        if name is None:
+            info = topics.by_id(getattr(t, "topic_id", None))
+            name = info.name if info is not None else None
+        if name is not None:
+            names.add(name)
+    return frozenset(n for n in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, n))
+
+
+def _error_parts(t: Any, code: int) -> list[dict[str, Any]]:
+    return [{"partition_index": p.partition, "error_code": code, "high_watermark": -1,
+             "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+             "preferred_read_replica": -1, "records": b""} for p in t.partitions]
+
+
+def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation,
+              refused: frozenset[str] | None = frozenset()) -> tuple[list[dict[str, Any]], _FetchState,
+                                                                    list[TopicPartition]]:
     topics = ctx.broker.topics
     state = _FetchState()
     replica_id = replica_id_of(request)
@@ -149,12 +183,13 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation) -> t
         name = getattr(t, "topic", None)
         topic_id = getattr(t, "topic_id", None)
         info = topics.get(name) if name is not None else topics.by_id(topic_id)
-        if info is None:
+        if refused is None or (refused and (name if name is not None else info.name if info else None) in refused):
+            # not state.errors: as in Kafka, the partitions it may read still long-poll
+            parts = _error_parts(t, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        elif info is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             state.errors = True
-            parts = [{"partition_index": p.partition, "error_code": code, "high_watermark": -1,
-                      "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
-                      "preferred_read_replica": -1, "records": b""} for p in t.partitions]
+            parts = _error_parts(t, code)
         else:
             parts = []
             for p in t.partitions:
@@ -218,8 +253,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         isolation = FetchIsolation.LOG_END
     max_wait_s = max(0.0, request.max_wait.total_seconds())
     deadline = time.monotonic() + max_wait_s
+    refused = _refused_topics(ctx, request)
     while True:
-        responses, state, tps = _one_pass(ctx, request, isolation)
+        responses, state, tps = _one_pass(ctx, request, isolation, refused)
         if state.remote:
             await _complete_remote_reads(ctx, state)
             break

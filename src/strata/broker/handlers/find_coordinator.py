@@ -7,6 +7,11 @@ leader of the key's partition of ``__consumer_offsets`` (groups) or ``__transact
 v0-v3 ask for one key, v4+ for a batch (``coordinator_keys``). Key type 2 (share group) gets
 COORDINATOR_NOT_AVAILABLE, which clients treat as "retry later" rather than as a fatal error; other
 key types are INVALID_REQUEST.
+
+With an authorizer, each key is checked first, as Kafka's ``getCoordinator`` does: a group needs DESCRIBE on
+it (else GROUP_AUTHORIZATION_FAILED), a transactional id DESCRIBE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), a share key CLUSTER_ACTION on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED); v4+ answers each key of the batch on its own.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of
 from strata.broker.group.coordinator import OFFSETS_TOPIC
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 FIND_COORDINATOR = 10
 GROUP_KEY = 0
@@ -44,11 +50,24 @@ async def _transaction_coordinator(ctx: RequestContext, key: str) -> dict[str, A
     return txns.coordinator_node(key, ctx.listener_name)
 
 
+def _authorization_error(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str] | None:
+    """Kafka's checks ahead of the lookup (``KafkaApis.getCoordinator``), with ``Errors``' messages."""
+    if key_type == GROUP_KEY and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+    if key_type == TRANSACTION_KEY and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed."
+    if key_type == SHARE_KEY and not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    return None
+
+
 async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
     code: int = ErrorCode.NONE
     message = None
     entry = None
-    if key_type == GROUP_KEY:
+    if (denied := _authorization_error(ctx, key_type, key)) is not None:
+        code, message = denied
+    elif key_type == GROUP_KEY:
         if manager_of(ctx) is None or (entry := await _group_coordinator(ctx, key)) is None:
             code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group coordinator is not available."
     elif key_type == TRANSACTION_KEY:

@@ -3,7 +3,8 @@
 APPEND/SUBTRACT apply to LIST keys only (``cleanup.policy``), starting from the override or the
 key's default; DELETE of a key that is not overridden is a no-op, as in Kafka. The result is
 validated as a whole (INVALID_CONFIG naming the key) before it is persisted and applied to the
-live logs; ``validate_only`` stops after validation. Shared logic: :mod:`.alter_configs`.
+live logs; ``validate_only`` stops after validation. Shared logic (authorization included: ALTER_CONFIGS on
+the topic, or on the cluster for BROKER and BROKER_LOGGER resources): :mod:`.alter_configs`.
 """
 
 from __future__ import annotations

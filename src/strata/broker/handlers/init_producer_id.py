@@ -5,6 +5,10 @@ request must reach the id's transaction coordinator (FindCoordinator), which bum
 every older producer of the id - and first aborts a transaction the id left open
 (:mod:`strata.coordinator.transaction.coordinator`). v3+ carries the producer id and epoch a producer
 already holds (KIP-360), so one that hit an abortable error can re-initialise without being fenced.
+
+With an authorizer, as in Kafka 3.x: a transactional id needs WRITE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE
+on some topic (KIP-679's ``authorizeByResourceType``), else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -14,12 +18,19 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import millis
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 INIT_PRODUCER_ID = 22
 
 
 @handles(INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return _refused(ctx, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not (ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
+              or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):
+        return _refused(ctx, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if request.transactional_id is None:
         return ctx.respond(throttle_time=0, error_code=0, producer_id=await ctx.broker.producer_ids.next_id(),
                            producer_epoch=0)
@@ -33,3 +44,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
                                                      expected)
     return ctx.respond(throttle_time=0, error_code=result.error_code, producer_id=result.producer_id,
                        producer_epoch=result.producer_epoch)
+
+
+def _refused(ctx: RequestContext, code: int) -> Any:
+    return ctx.respond(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1)

@@ -3,6 +3,7 @@
 The request waits in the group state machine (at most the group's rebalance timeout, or the
 initial rebalance delay for a new group) and this handler answers when the machine calls back.
 JoinGroup v0 has no rebalance timeout: as in Kafka, the session timeout stands in for it.
+With an authorizer, joining needs READ on the group (else GROUP_AUTHORIZATION_FAILED, as Kafka answers).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from strata.broker.group.api import client_host, manager_of, millis, parked
 from strata.broker.group.classic import dedupe_protocols
 from strata.broker.group.manager import JoinRequest, join_error
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 JOIN_GROUP = 11
 NULLABLE_PROTOCOL_VERSION = 7
@@ -28,6 +30,8 @@ def _answer(ctx: RequestContext, result: dict[str, Any]) -> Any:
 
 @handles(JOIN_GROUP)
 async def join_group(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _answer(ctx, join_error("", ErrorCode.GROUP_AUTHORIZATION_FAILED))
     manager = manager_of(ctx, request.group_id)
     if manager is None:
         return _answer(ctx, join_error(request.member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))

@@ -2,6 +2,8 @@
 
 A batch may name static members by ``group_instance_id`` alone (admin removal). v0-v2 answers
 carry a single error: the group's, or else the member's, as Kafka's ``LeaveGroupResponse`` does.
+With an authorizer leaving needs READ on the group: else GROUP_AUTHORIZATION_FAILED for the request (no
+member results), as Kafka answers.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 LEAVE_GROUP = 13
 BATCH_VERSION = 3
@@ -18,6 +21,8 @@ BATCH_VERSION = 3
 
 @handles(LEAVE_GROUP)
 async def leave_group(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.respond(throttle_time=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     manager = manager_of(ctx, request.group_id)
     if ctx.version >= BATCH_VERSION:
         members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members]

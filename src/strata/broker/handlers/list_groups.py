@@ -2,6 +2,9 @@
 
 Filters compare case-insensitively, as Kafka does. All groups here are classic groups (type
 ``classic``), so a types filter without "classic" lists nothing.
+
+With an authorizer, as in Kafka: a principal with DESCRIBE on the cluster sees every group; any other
+sees only the groups it may DESCRIBE (and no error).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 LIST_GROUPS = 16
 
@@ -22,4 +26,7 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
         return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
-    return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, groups=manager.list_groups(states, types))
+    groups = manager.list_groups(states, types)
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        groups = [g for g in groups if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"])]
+    return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, groups=groups)

@@ -19,6 +19,9 @@ for it (``isClientRequest`` is ``replicaId == CONSUMER_REPLICA_ID``), so its "la
 log end offset, not its high watermark. Kafka treats brokers (``replica_id`` >= 0) the same way; here
 they keep the consumer's bound, as before (the replica fetcher asks for -1 only after an
 OFFSET_OUT_OF_RANGE, where the leader's high watermark is a safe, if conservative, truncation point).
+
+Authorization (Kafka's ``handleListOffsetRequestV1AndAbove``): DESCRIBE on each topic, once per topic and
+before its existence; a refused topic is TOPIC_AUTHORIZATION_FAILED on every partition.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.log.partition_log import ListOffsetsSpec, PartitionLog
 from strata.log.segment import TimestampAndOffset
+from strata.security.acl import AclOperation, ResourceType
 from strata.tiered.api import RemoteStorageError, RemoteStorageNotReadyError, TopicIdPartition
 from strata.tiered.manager import RemoteLogManager, RemoteReadQueueFullError
 
@@ -137,12 +141,18 @@ async def _lookup(ctx: RequestContext, tp: TopicPartition, p: Any, committed: bo
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     replica_id = int(getattr(request, "replica_id", CONSUMER_REPLICA_ID))
+    checking = ctx.broker.authorization.enabled
     topics = []
     for t in request.topics:
+        allowed = not checking or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
+            if not allowed:
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                parts.append(entry)
+                continue
             try:
                 if t.name not in ctx.broker.topics:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -1,4 +1,8 @@
-"""ListPartitionReassignments (KIP-455): the moves in progress, from the topic znodes every broker mirrors."""
+"""ListPartitionReassignments (KIP-455): the moves in progress, from the topic znodes every broker mirrors.
+
+Authorization (Kafka's ``handleListPartitionReassignmentsRequest``): DESCRIBE on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED with the requested partitions echoed empty (``getErrorResponse``).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,21 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
+from strata.errors import ErrorCode
+from strata.security.acl import AclOperation
 
 LIST_PARTITION_REASSIGNMENTS = 46
 
 
 @handles(LIST_PARTITION_REASSIGNMENTS)
 async def list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return ctx.respond(throttle_time=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                           error_message="Cluster authorization failed.", topics=[
+                               {"name": t.name, "partitions": [
+                                   {"partition_index": p, "replicas": [], "adding_replicas": [],
+                                    "removing_replicas": []} for p in t.partition_indexes]}
+                               for t in request.topics or ()])
     ongoing = ctx.broker.admin.reassignments()
     if request.topics is not None:
         wanted = {TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes}

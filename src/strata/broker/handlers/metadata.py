@@ -8,9 +8,15 @@ partition states reached this broker, so the first answer is usually complete.
 Brokers, controller and partition leadership come from the broker's cluster view: the node itself
 on a single node, the ZooKeeper metadata cache in a cluster.
 
-Authorized operations (v8+), when asked: every topic entry named in the answer carries the topic
-bitmask (an unknown name too, as in Kafka; an unknown topic id keeps the "not requested" value),
-and v8-v10 carry the cluster's (see :mod:`strata.broker.handlers.acl_operations`).
+Authorization (Kafka 3.9's ``KafkaApis.handleTopicMetadataRequest``): the topics the principal may not
+DESCRIBE are left out of an "all topics" answer and answered TOPIC_AUTHORIZATION_FAILED when named, without
+saying whether they exist (no topic id, no partitions); a topic asked for by id it may not DESCRIBE is
+TOPIC_AUTHORIZATION_FAILED with its id (ids are not secret) and no name. Auto-creation of a describable
+unknown topic needs CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED.
+
+Authorized operations (v8+), when asked: every topic entry answered after those checks carries the
+principal's topic bitmask (an unknown name too, as in Kafka; refused topics and unknown ids keep the "not
+requested" value), and v8-v10 carry the cluster's when the principal may DESCRIBE the cluster (0 otherwise).
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.handlers.acl_operations import UNKNOWN_OPERATIONS, AclResourceType, authorized_operations
-from strata.broker.topics import TopicInfo
+from strata.broker.topics import INTERNAL_TOPICS, TopicInfo
 from strata.errors import ApiError, ErrorCode
+from strata.security.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_NAME, AclOperation, ResourceType
 
 METADATA = 3
 
@@ -34,7 +40,8 @@ def partition_entry(ctx: RequestContext, topic: str, p: int) -> dict[str, Any]:
             "replica_nodes": list(view.replicas), "isr_nodes": list(view.isr), "offline_replicas": list(view.offline)}
 
 
-def topic_entry(ctx: RequestContext, info: TopicInfo, authorized_ops: int = UNKNOWN_OPERATIONS) -> dict[str, Any]:
+def topic_entry(ctx: RequestContext, info: TopicInfo,
+                authorized_ops: int = AUTHORIZED_OPERATIONS_OMITTED) -> dict[str, Any]:
     return {
         "error_code": 0,
         "name": info.name,
@@ -46,45 +53,80 @@ def topic_entry(ctx: RequestContext, info: TopicInfo, authorized_ops: int = UNKN
 
 
 def error_entry(name: str | None, code: int, topic_id: Any = None,
-                authorized_ops: int = UNKNOWN_OPERATIONS) -> dict[str, Any]:
-    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": [],
+                authorized_ops: int = AUTHORIZED_OPERATIONS_OMITTED, is_internal: bool = False) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": is_internal, "partitions": [],
             "topic_authorized_operations": authorized_ops}
+
+
+def _topic_ops(ctx: RequestContext, name: str | None, requested: bool) -> int:
+    if not requested or name is None:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    return ctx.authorized_operations(ResourceType.TOPIC, name)
+
+
+def cluster_authorized_operations(ctx: RequestContext, requested: bool) -> int:
+    """The ``cluster_authorized_operations`` of Metadata and DescribeCluster (Kafka: 0 without DESCRIBE)."""
+    if not requested:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 @handles(METADATA)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topics = broker.topics
-    ops = authorized_operations(AclResourceType.TOPIC,
-                                requested=getattr(request, "include_topic_authorized_operations", False))
+    checking = broker.authorization.enabled
+    want_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     entries = []
     # All topics: null from v1 on; in v0 (no nullable arrays yet) the empty list meant "all".
     if request.topics is None or (ctx.version == 0 and not request.topics):
-        entries = [topic_entry(ctx, t, ops) for t in sorted(topics, key=lambda t: t.name)]
+        for t in sorted(topics, key=lambda t: t.name):
+            if checking and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                continue  # never disclosed
+            entries.append(topic_entry(ctx, t, _topic_ops(ctx, t.name, want_ops)))
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+        may_create_any = None  # CREATE on the cluster, asked once when a topic would be created
         for wanted in request.topics:
             name = wanted.name
-            info = topics.get(name) if name is not None else topics.by_id(wanted.topic_id)
-            if info is None and name is not None and allow_create:
+            topic_id = getattr(wanted, "topic_id", None)
+            info = topics.get(name) if name is not None else topics.by_id(topic_id)
+            if name is None and info is None:
+                entries.append(error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
+                continue
+            topic_name = name if name is not None else info.name
+            if checking and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic_name):
+                # by name: nothing about the topic, not even its id; by id: the id only
+                entries.append(error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                           None if name is not None else topic_id))
+                continue
+            if info is None and allow_create:
+                if checking:
+                    if may_create_any is None:
+                        may_create_any = ctx.authorize_cluster(AclOperation.CREATE)
+                    if not may_create_any and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name):
+                        entries.append(error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                   is_internal=name in INTERNAL_TOPICS))
+                        continue
                 try:
                     rf = min(broker.config.default_replication_factor, broker.admin.max_replication_factor())
                     info = await broker.admin.create_topic(name, broker.config.num_partitions, rf, {})
                 except ApiError as e:
-                    entries.append(error_entry(name, e.error_code, authorized_ops=ops))
+                    entries.append(error_entry(name, e.error_code, authorized_ops=_topic_ops(ctx, name, want_ops)))
                     continue
             if info is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
-                entries.append(error_entry(name, code, getattr(wanted, "topic_id", None),
-                                           ops if name is not None else UNKNOWN_OPERATIONS))
+                entries.append(error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic_id,
+                                           _topic_ops(ctx, name, want_ops)))
             else:
-                entries.append(topic_entry(ctx, info, ops))
+                entries.append(topic_entry(ctx, info, _topic_ops(ctx, info.name, want_ops)))
     return ctx.respond(
         throttle_time=0,
         brokers=broker.view.brokers(ctx.listener_name),
         cluster_id=broker.cluster_id,
         controller_id=broker.view.controller_id(),
         topics=entries,
-        cluster_authorized_operations=authorized_operations(  # v8-v10 only: later versions drop both fields
-            AclResourceType.CLUSTER, requested=getattr(request, "include_cluster_authorized_operations", False)),
+        cluster_authorized_operations=cluster_authorized_operations(  # v8-v10 only: later versions drop both fields
+            ctx, bool(getattr(request, "include_cluster_authorized_operations", False))),
     )

@@ -6,6 +6,11 @@ v10 names topics by id: an unknown id answers UNKNOWN_TOPIC_ID for its partition
 (v7+, KIP-447; set by read_committed consumers) makes a partition whose offset a transaction has
 committed but not yet completed (a pending TxnOffsetCommit) answer UNSTABLE_OFFSET_COMMIT, which the
 client retries; without it such a partition shows the last completed commit.
+
+With an authorizer, as in Kafka: a group without DESCRIBE on it answers GROUP_AUTHORIZATION_FAILED (and no
+topics); a request for every partition leaves out the topics the principal may not DESCRIBE; named topics
+it may not DESCRIBE answer TOPIC_AUTHORIZATION_FAILED for each requested partition without reaching the
+coordinator (a topic id is resolved to the name ACLs are about first).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of
 from strata.broker.group.classic import GroupError
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 OFFSET_FETCH = 9
 TOP_LEVEL_ERROR_VERSION = 2
@@ -30,10 +36,20 @@ def _missing(partition: int, code: int) -> dict[str, Any]:
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any,
                  require_stable: bool) -> tuple[int, list[dict[str, Any]]]:
     """(group error, response topics) for one group; topics carry both name and id (the version keeps one)."""
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     registry = ctx.broker.topics
     manager = manager_of(ctx, group_id)
     requested: list[tuple[str, list[int]]] | None = None
     unknown_ids: list[tuple[Any, list[int]]] = []
+    refused: list[tuple[str, list[int]]] = []  # named topics the principal may not DESCRIBE
+    describable: dict[str, bool] = {}
+
+    def may_describe(name: str) -> bool:
+        if name not in describable:
+            describable[name] = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+        return describable[name]
+
     if topics is not None:
         requested = []
         for t in topics:
@@ -44,7 +60,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any,
                     unknown_ids.append((t.topic_id, list(t.partition_indexes)))
                     continue
                 name = info.name
-            requested.append((name, list(t.partition_indexes)))
+            (requested if may_describe(name) else refused).append((name, list(t.partition_indexes)))
     if manager is None:
         code: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
         return code, [{"name": n, "topic_id": _id_of(ctx, n), "partitions": [_missing(p, code) for p in ps]}
@@ -54,9 +70,12 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any,
     except GroupError as e:
         return e.error_code, [{"name": n, "topic_id": _id_of(ctx, n),
                                "partitions": [_missing(p, e.error_code) for p in ps]} for n, ps in requested or []]
-    out = [{"name": name, "topic_id": _id_of(ctx, name), "partitions": parts} for name, parts in found]
+    out = [{"name": name, "topic_id": _id_of(ctx, name), "partitions": parts} for name, parts in found
+           if topics is not None or may_describe(name)]
     if topics is None and ctx.version >= 10:
         out = [t for t in out if t["topic_id"] is not None]  # offsets of deleted topics have no id to show
+    out += [{"name": n, "topic_id": _id_of(ctx, n),
+             "partitions": [_missing(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in ps]} for n, ps in refused]
     out += [{"name": "", "topic_id": tid, "partitions": [_missing(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in ps]}
             for tid, ps in unknown_ids]
     return ErrorCode.NONE, out

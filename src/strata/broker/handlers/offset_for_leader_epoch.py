@@ -1,4 +1,9 @@
-"""OffsetForLeaderEpoch: where a leader epoch ended (consumers use it to detect truncation)."""
+"""OffsetForLeaderEpoch: where a leader epoch ended (consumers use it to detect truncation).
+
+Authorization (Kafka's ``handleOffsetForLeaderEpochRequest``): CLUSTER_ACTION on the cluster (the brokers'
+own fetchers) allows every topic; otherwise DESCRIBE on each topic (KIP-320 consumers), once per topic, a
+refused topic answering TOPIC_AUTHORIZATION_FAILED on every partition.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
-from strata.errors import KafkaError
+from strata.errors import ErrorCode, KafkaError
+from strata.security.acl import AclOperation, ResourceType
 
 OFFSET_FOR_LEADER_EPOCH = 23
 
@@ -14,11 +20,17 @@ OFFSET_FOR_LEADER_EPOCH = 23
 @handles(OFFSET_FOR_LEADER_EPOCH)
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     replicas = ctx.broker.replicas
+    checking = ctx.broker.authorization.enabled and not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     topics = []
     for t in request.topics:
+        allowed = not checking or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic)
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"error_code": 0, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+            if not allowed:
+                entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                parts.append(entry)
+                continue
             try:
                 tp = TopicPartition(t.topic, p.partition)
                 plog = replicas.get_log(tp)

@@ -5,6 +5,13 @@ is smaller than ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and otherwise wait
 watermark covers the append (a single node answers at once: its ISR is itself). acks=0 gets no response;
 if such a request fails, the connection is closed instead, which is how Kafka tells a
 fire-and-forget producer to refresh its metadata.
+
+Authorization (Kafka 3.9's ``KafkaApis.handleProduceRequest``): a request carrying transactional batches
+needs WRITE on its ``transactional_id`` (none given counts as refused), else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended (acks=0: no answer). Then WRITE on each topic,
+checked once per topic and before its existence (a refused topic is TOPIC_AUTHORIZATION_FAILED on every
+partition whether it exists or not). An idempotent producer is checked at InitProducerId (IDEMPOTENT_WRITE on
+the cluster or WRITE on some topic), not here, as in Kafka 3.x.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 from typing import Any
 
 from strata.broker.dispatch import CloseConnection, RequestContext, handles
+from strata.broker.transactions import TransactionService
 from strata.client.wire import ADMIN_CLIENT_ID
 from strata.common import TopicPartition
 from strata.errors import (
@@ -24,6 +32,7 @@ from strata.errors import (
     RecordError,
     RecordValidationError,
 )
+from strata.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -72,20 +81,49 @@ _WAIT_ERRORS = {
 }
 
 
+def _has_transactional_records(request: Any) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: does any partition carry a transactional batch?"""
+    return any(pdata.records and TransactionService.transactional_producer(pdata.records) is not None
+               for topic in request.topic_data for pdata in topic.partition_data)
+
+
+def _refuse_all(ctx: RequestContext, request: Any, code: int) -> Any:
+    """Kafka's ``ProduceRequest.getErrorResponse``: every partition fails with ``code``; acks=0 gets no answer."""
+    if request.acks == 0:
+        return None
+    return ctx.respond(throttle_time=0, responses=[
+        {"name": getattr(topic, "name", None) or "", "topic_id": getattr(topic, "topic_id", None),
+         "partition_responses": [_partition_error(p.index, code, "Transactional Id authorization failed.")
+                                 for p in topic.partition_data]}
+        for topic in request.topic_data])
+
+
 @handles(PRODUCE)
 async def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topic_stats = broker.stats.topics
     acks = request.acks
+    checking = broker.authorization.enabled
+    if checking and _has_transactional_records(request) and (
+            request.transactional_id is None
+            or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
+        return _refuse_all(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     failed = False
     topics_out = []
     waiting: list[tuple[TopicPartition, int, dict[str, Any]]] = []
     for topic in request.topic_data:
         name = getattr(topic, "name", None)
         info = broker.topics.get(name) if name else broker.topics.by_id(getattr(topic, "topic_id", None))
+        allowed = True
+        if checking:  # WRITE on the topic, once per topic; a topic id this broker cannot name: UNKNOWN_TOPIC_ID
+            topic_name = name or (info.name if info is not None else None)
+            allowed = topic_name is None or ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic_name)
         parts = []
         for pdata in topic.partition_data:
             index = pdata.index
+            if not allowed:
+                parts.append(_partition_error(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED, None))
+                continue
             if acks not in (0, 1, -1):
                 parts.append(_partition_error(index, ErrorCode.INVALID_REQUIRED_ACKS, f"invalid acks {acks}"))
                 continue

@@ -1,7 +1,8 @@
 """SyncGroup: the leader hands in the assignment; every member is answered with its own share.
 
 Followers park until the leader's assignment has been written to ``__consumer_offsets`` (or until
-the rebalance is abandoned, which answers them REBALANCE_IN_PROGRESS).
+the rebalance is abandoned, which answers them REBALANCE_IN_PROGRESS). With an authorizer it needs READ on
+the group (else GROUP_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group.api import manager_of, parked
 from strata.broker.group.manager import SyncRequest, sync_response
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 SYNC_GROUP = 14
 
 
 @handles(SYNC_GROUP)
 async def sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.respond(throttle_time=0, **sync_response(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     manager = manager_of(ctx, request.group_id)
     if manager is None:
         return ctx.respond(throttle_time=0, **sync_response(ErrorCode.COORDINATOR_NOT_AVAILABLE))

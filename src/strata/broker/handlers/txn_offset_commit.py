@@ -10,6 +10,11 @@ rest are written to ``__consumer_offsets`` as one transactional batch of the pro
 the ISR has it. The offsets then stay pending (invisible to OffsetFetch)
 until the transaction marker reaches the group's partition and the transaction-marker path calls
 ``GroupCoordinator.complete_transaction``.
+
+With an authorizer, as in Kafka: without WRITE on the transactional id every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, without READ on the group GROUP_AUTHORIZATION_FAILED; then a topic
+without READ answers TOPIC_AUTHORIZATION_FAILED for each of its partitions (before its existence is looked
+at) and is not committed.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from strata.broker.group.coordinator import OFFSETS_TOPIC
 from strata.broker.group.manager import NO_APPEND_OFFSET, TxnCommitRequest, txn_offset_append_error
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation, ResourceType
 
 TXN_OFFSET_COMMIT = 28
 LOAD_ERROR_VERSION = 2  # clients before v2 (Kafka < 2.0) may crash on COORDINATOR_LOAD_IN_PROGRESS (KAFKA-7296)
@@ -36,6 +42,15 @@ def _coordinator_error(ctx: RequestContext, group_id: str) -> int:
     if coordinator is None or not coordinator.active:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return ErrorCode.NONE if owns(ctx, group_id) else ErrorCode.NOT_COORDINATOR
+
+
+def _authorization_error(ctx: RequestContext, request: Any) -> int:
+    """Kafka's checks ahead of the topics' (the producer id is not checked: the transactional id implies it)."""
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return ErrorCode.NONE
 
 
 async def _verify(ctx: RequestContext, request: Any) -> int:
@@ -57,10 +72,18 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     errors: dict[tuple[int, int], int] = {}  # (topic index, partition index in request) -> error
     wanted: list[tuple[str, int, int, int, str | None]] = []
     where: dict[tuple[int, int], tuple[str, int]] = {}
+    denied = _authorization_error(ctx, request)
+    readable: dict[str, bool] = {}
     for ti, t in enumerate(request.topics):
         info = topics.get(t.name)
+        if not denied and t.name not in readable:
+            readable[t.name] = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
         for pi, p in enumerate(t.partitions):
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if denied:
+                errors[(ti, pi)] = denied
+            elif not readable[t.name]:
+                errors[(ti, pi)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[(ti, pi)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 where[(ti, pi)] = (info.name, p.partition_index)

@@ -6,10 +6,11 @@ answered once the ISR has it. It closes the producer's open transaction on the p
 stable offset moves, an abort is recorded in the ``.txnindex``, and on ``__consumer_offsets`` the
 producer's transactional offset commits are applied or dropped.
 
-Kafka lets only brokers send this API (CLUSTER_ACTION on the cluster): a marker is a decision only a
-coordinator may take. Until ACLs exist here (issue 17), a request is accepted only on a connection
-whose client id is the inter-broker one; others get CLUSTER_AUTHORIZATION_FAILED for every partition.
-That keeps a confused client from closing transactions, but it is no security boundary.
+Authorization is Kafka's: with an authorizer the principal needs ALTER on the cluster (an operator's
+``kafka-transactions.sh abort``, KIP-664's ``Admin.abortTransaction``, which sends this API to the leader) or
+CLUSTER_ACTION on it (brokers: the inter-broker listener's principal, usually a super user); otherwise every
+partition answers CLUSTER_AUTHORIZATION_FAILED. Without an authorizer anyone may send it, as in Kafka (the
+client-id check that stood in for ACLs before them refused ``kafka-transactions.sh abort``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.client.wire import ADMIN_CLIENT_ID
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
+from strata.security.acl import AclOperation
 
 WRITE_TXN_MARKERS = 27
 
@@ -27,7 +28,7 @@ WRITE_TXN_MARKERS = 27
 @handles(WRITE_TXN_MARKERS, 1, 1)
 async def write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     txns = ctx.broker.transactions
-    allowed = ctx.client_id == ADMIN_CLIENT_ID
+    allowed = ctx.authorize_cluster(AclOperation.ALTER) or ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     results = []
     for m in request.markers:
         topics = []
