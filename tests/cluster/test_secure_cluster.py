@@ -41,6 +41,7 @@ def _secure_props(pki: Pki) -> dict[str, str]:
         "listener.name.internal.ssl.truststore.location": str(pki.truststore_pem),
         "transaction.state.log.replication.factor": "3",
         "transaction.state.log.min.isr": "2",
+        "transaction.state.log.num.partitions": "3",  # Kafka's 50 would make every broker open 150 replicas
     }
 
 

@@ -432,7 +432,8 @@ def test_demo_refuses_to_wipe_a_foreign_directory(tmp_path):
 @pytest.mark.parametrize(("args", "named"), [
     (["--set", "log.segmnt.bytes=1"], "log.segmnt.bytes"),
     (["--set", "num.partitions=many"], "num.partitions"),
-    (["--set", "listeners=SSL://127.0.0.1:0"], "listeners"),
+    (["--set", "listeners=FOO://127.0.0.1:0"], "listeners"),
+    (["--set", "listeners=SSL://127.0.0.1:0"], "ssl.keystore.location"),
     (["--set", "noequals"], "KEY=VALUE"),
     (["--set", "remote.log.storage.system.enable=true", "--set", "remote.log.storage.manager.class.name=no.Such"],
      "remote.log.storage.manager.class.name"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from tests.tiered.harness import WAIT_S, TieredBroker, metadata_states, wait_until
@@ -161,6 +162,7 @@ def assert_metadata_settled(b: TieredBroker, topic: str, expected_finished: int)
     assert len(logs) == expected_finished, logs
 
 
+@pytest.mark.slow  # make soak: 35 s; make test keeps the kill -9 during copy above (dangling attempts cleaned too)
 def test_dangling_uploads_after_kill_9_are_cleaned(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Copies that reach COPY_SEGMENT_STARTED but never finish (the store refuses them), then kill -9:
     after restart every dangling attempt is deleted and each segment is uploaded exactly once."""

@@ -136,7 +136,8 @@ class Broker:
             metadata = self.cluster.metadata
             self.fetchers = ReplicaFetcherManager(config.node_id,
                                                   lambda broker_id: metadata.endpoint(broker_id, inter_broker),
-                                                  self.replicas, config.cluster, inter_broker_security(config))
+                                                  self.replicas, config.cluster, inter_broker_security(config),
+                                                  remote_storage_enabled=config.remote.enabled)
             self.member = ClusterMember(self.cluster, self.topics, self.replicas, self.fetchers)
             self.replicas.isr_writer = self.cluster.write_isr
             cluster = self.cluster

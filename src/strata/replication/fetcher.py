@@ -95,8 +95,9 @@ class ReplicaFetcher:
 
     def __init__(self, source_id: int, local_id: int, endpoint: Callable[[int], tuple[str, int] | None],
                  replicas: ReplicaManager, config: ClusterConfig,
-                 remote_aux_state: RemoteAuxStateBuilder | None = None) -> None:
+                 remote_aux_state: RemoteAuxStateBuilder | None = None, remote_storage_enabled: bool = False) -> None:
         self.remote_aux_state = remote_aux_state
+        self.remote_storage_enabled = remote_storage_enabled
         self.source_id = source_id
         self.local_id = local_id
         self.endpoint = endpoint
@@ -325,6 +326,13 @@ class ReplicaFetcher:
             return
         local_start, local_epoch = local
         part = self.replicas.partitions.get(state.tp)
+        if self.remote_aux_state is None and self.remote_storage_enabled:
+            # This broker tiers, but its RemoteLogManager starts only after it has joined the cluster (and its
+            # fetchers have started): wait for it. Restarting the log without the remote segment's epoch history
+            # would leave offsets below the local log start without an epoch, so once this replica leads, a
+            # read of them from the remote tier would be answered OFFSET_OUT_OF_RANGE.
+            self._delay(state)
+            return
         if self.remote_aux_state is None or part is None or local_start <= leader_start:
             log.info("%s: offsets below %d are in the remote tier; this replica starts its local log there",
                      state.tp, local_start)
@@ -409,8 +417,13 @@ class ReplicaFetcherManager:
     suffices on an event loop, where fetches of different leaders already overlap)."""
 
     def __init__(self, local_id: int, endpoint: Callable[[int], tuple[str, int] | None], replicas: ReplicaManager,
-                 config: ClusterConfig, security: ClientSecurity | None = None) -> None:
+                 config: ClusterConfig, security: ClientSecurity | None = None,
+                 remote_storage_enabled: bool = False) -> None:
+        """``remote_storage_enabled``: this broker tiers (``remote.log.storage.system.enable``), so a follower
+        below its leader's local log start waits for :meth:`set_remote_aux_state` instead of restarting its
+        log without the remote epoch history."""
         self.local_id = local_id
+        self.remote_storage_enabled = remote_storage_enabled
         self.security = security
         self.endpoint = endpoint
         self.replicas = replicas
@@ -427,7 +440,8 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = self.fetchers[leader] = ReplicaFetcher(leader, self.local_id, self.endpoint, self.replicas,
-                                                             self.config, self.remote_aux_state)
+                                                             self.config, self.remote_aux_state,
+                                                             self.remote_storage_enabled)
             fetcher.security = self.security
             fetcher.start()
         fetcher.add(tp, leader_epoch)

@@ -234,6 +234,7 @@ class _Broker:
         self.cluster = None
         self.remote_log_manager = None
         self.log_cleaner = None
+        self.listeners: list[Any] = []  # no TLS listener whose keystore could change
         self.tiering_checked: list[str] = []
         self.dynamic_configs = DynamicBrokerConfigs(self)  # type: ignore[arg-type]
 
