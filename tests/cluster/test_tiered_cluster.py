@@ -313,6 +313,7 @@ def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_conne
         _lead_and_read_all(cluster, follower, leader, 1500)
 
 
+@pytest.mark.slow  # make soak (36 s): make test runs the same replacement with the local store above
 def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_path: Path,
                                                           seaweedfs: SeaweedFS) -> None:  # noqa: F811
     """The replacement scenario with the ``s3`` RSM on a real S3 server (SeaweedFS): both brokers use one

@@ -86,6 +86,7 @@ def test_crash_points_and_random_kills_local(tmp_path: Path) -> None:
     run_cycles(tmp_path, "local", kinds, seed)
 
 
+@pytest.mark.slow  # make soak (21 s, and its long soak below): make test runs every crash point locally
 def test_crash_points_and_random_kills_s3(tmp_path: Path, seaweedfs: SeaweedFS) -> None:  # noqa: F811
     seed = _seed()
     rng = random.Random(seed)

@@ -84,7 +84,7 @@ def test_confluent_produces_and_consumes_with_a_group(sasl_broker: BrokerProcess
     _round_trip_confluent(sasl_broker, mechanism, f"ck-{mechanism.lower()}")
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
 def test_kafka_python_produces_and_consumes_with_a_group(sasl_broker: BrokerProcess, mechanism: str) -> None:
     from kafka import KafkaConsumer, KafkaProducer
 
@@ -103,7 +103,7 @@ def test_kafka_python_produces_and_consumes_with_a_group(sasl_broker: BrokerProc
     assert sorted(got) == sorted(b"k%d" % i for i in range(30))
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256"])
 def test_aiokafka_produces_and_consumes_with_a_group(sasl_broker: BrokerProcess, mechanism: str) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
