@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv kcat zookeeper test soak run cluster demo bench lint clean conformance
+.PHONY: venv kcat zookeeper test soak run cluster demo bench lint clean conformance conformance-secure
 
 venv: $(STAMP)
 
@@ -36,7 +36,7 @@ zookeeper:
 	    echo "zookeeper not installed"; }
 
 test: venv kcat zookeeper
-	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
 soak: venv zookeeper
 	$(PY) -m pytest -m slow -q $(PYTEST_ARGS)
@@ -57,6 +57,13 @@ conformance: venv zookeeper
 	{ $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || \
 	  echo "could not install:" $$missing
 	$(PY) conformance/run.py --src "$(LIBRDKAFKA_SRC)" --work-dir "$(CONFORMANCE_DIR)" $(CONFORMANCE_ARGS)
+
+# The same against a secured cluster as trivup sets one up (SSL and SASL listeners, PLAIN and SCRAM users, the
+# ACL authorizer): the security tests and a few ordinary ones, with security.protocol SSL, SASL_PLAINTEXT
+# (SCRAM-SHA-512) and SASL_SSL (PLAIN); about 6 min. CONFORMANCE_SECURITY picks some: ssl,sasl_ssl:SCRAM-SHA-256
+CONFORMANCE_SECURITY ?= all
+conformance-secure: venv zookeeper
+	$(PY) conformance/run.py --src "$(LIBRDKAFKA_SRC)" --work-dir "$(CONFORMANCE_DIR)" --security "$(CONFORMANCE_SECURITY)" $(CONFORMANCE_ARGS)
 
 run: venv
 	$(PY) -m strata serve --config config/server.properties

@@ -4,24 +4,25 @@
     .venv/bin/python bench/security_bench.py --profile [--quick] [--mib N]
 
 One broker process with three listeners (PLAINTEXT, SSL, SASL_SSL; ``sasl.enabled.mechanisms=
-SCRAM-SHA-512,PLAIN``) and a PEM keystore made here with the ``openssl`` CLI (a CA and an EC P-256
-server certificate for localhost / 127.0.0.1). A SCRAM-SHA-512 user is created through the PLAINTEXT
-listener with AlterUserScramCredentials. For each of PLAINTEXT, SSL and SASL_SSL/SCRAM-SHA-512,
-confluent-kafka produces the same records as ``bench/broker_bench.py`` (1 KiB records, linger.ms=5,
-acks=1, uncompressed, one partition; first ``produce()`` to ``flush()``) and consumes them back (assign
-offset 0 until every record arrived), with the client settings ``security.protocol``,
-``ssl.ca.location`` and the SASL ones added: the numbers compare with ``bench/run.py --only broker``.
-One difference: the client's connection to the partition leader (TCP, TLS handshake, SASL exchange) is
-opened before the timer starts (broker_bench times it, ~1 ms over PLAINTEXT, but ~10-15 ms and a
-client-side PBKDF2 over SASL_SSL/SCRAM); the consumer's connection time is reported on its own.
+SCRAM-SHA-512,PLAIN``) and the PEM keystore of the security tests' PKI
+(``tests.security.certs.make_pki``: a CA and an EC P-256 server certificate for localhost / 127.0.0.1,
+made with the ``openssl`` CLI). A SCRAM-SHA-512 user is created through the PLAINTEXT listener with
+AlterUserScramCredentials. For each of PLAINTEXT, SSL and SASL_SSL/SCRAM-SHA-512, confluent-kafka
+produces the same records as ``bench/broker_bench.py`` (1 KiB records, linger.ms=5, acks=1,
+uncompressed, one partition; first ``produce()`` to ``flush()``) and consumes them back (assign offset 0
+until every record arrived), with the client settings ``security.protocol``, ``ssl.ca.location`` and the
+SASL ones added: the numbers compare with ``bench/run.py --only broker``. One difference: the client's
+connection to the partition leader (TCP, TLS handshake, SASL exchange) is opened before the timer starts
+(broker_bench times it, ~1 ms over PLAINTEXT, but ~10-15 ms and a client-side PBKDF2 over
+SASL_SSL/SCRAM); the consumer's connection time is reported on its own.
 
 Protocols interleave within every repetition, the starting one rotating from rep to rep, so drift
 (other load, page cache, broker heap) touches all three alike; each repetition starts a fresh broker
 on an empty data directory after deleting the last one's files (as broker_bench does: its segment
 writes then recycle page-cache pages). Reported per protocol and direction: MB/s of record payload
-(10^6 bytes/s), the ratio to PLAINTEXT as the median of the per-repetition ratios (min-max), and the
-CPU seconds per GiB of payload, over the timed region, of the broker process and of this process (the
-client, librdkafka's threads included).
+(10^6 bytes/s) and the broker's CPU seconds per GiB of payload over the timed region, each beside its
+ratio to PLAINTEXT as the median of the per-repetition ratios (min-max), and the CPU seconds per GiB of
+this process (the client, librdkafka's threads included).
 
 ``--profile`` instead runs the broker under cProfile, switched on only around one SSL produce, one SSL
 consume, and for comparison one SASL_SSL produce and one PLAINTEXT produce and consume (SIGUSR2 toggles
@@ -43,7 +44,6 @@ import signal
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -53,9 +53,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (HERE, ROOT / "src"):
+for _p in (HERE, ROOT / "src", ROOT):  # ROOT: the security tests' PKI (tests.security.certs)
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+
+from tests.security.certs import make_pki  # noqa: E402
 
 import report as bench_report  # noqa: E402
 from broker_bench import READY, RUN_TIMEOUT_S, BenchConfig, Server, _own_cpu_seconds  # noqa: E402
@@ -71,7 +73,6 @@ LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
 # (PLAINTEXT), SSL://127.0.0.1:41235 (SSL), SASL_SSL://127.0.0.1:41236 (SASL_SSL))".
 LISTENER_PORT = re.compile(r"(\w+)://[\d.]+:(\d+) \((\w+)\)")
 PROFILE_ACK = re.compile(r"bench profiler (on|saved) (\d+)")
-OPENSSL_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -98,50 +99,12 @@ def protocols(ca: Path) -> list[Protocol]:
 
 # -- certificates ----------------------------------------------------------------------------
 
-_OPENSSL_CNF = """\
-[req]
-distinguished_name = req_dn
-prompt = no
-[req_dn]
-CN = unused
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyAgreement
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-"""
-
 
 def make_certs(d: Path) -> tuple[Path, Path]:
-    """A CA and a server certificate (CN=localhost, SAN DNS:localhost, IP:127.0.0.1, EC P-256) made with
-    the openssl CLI: returns (CA certificate, PEM keystore = key + certificate + CA)."""
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "openssl.cnf").write_text(_OPENSSL_CNF)
-    env = {**os.environ, "OPENSSL_CONF": str(d / "openssl.cnf")}
-
-    def run(*args: str) -> None:
-        proc = subprocess.run(["openssl", *args], cwd=d, env=env, capture_output=True, text=True,
-                              timeout=OPENSSL_TIMEOUT_S, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"openssl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-noenc")
-    run("req", "-x509", "-new", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/O=Strata/CN=Strata Bench CA",
-        "-days", "30", "-sha256", "-config", "openssl.cnf", "-extensions", "ca_ext")
-    run("req", "-new", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/O=Strata/CN=localhost",
-        "-config", "openssl.cnf")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", "1", "-days", "30",
-        "-sha256", "-extfile", "openssl.cnf", "-extensions", "server_ext", "-out", "server.pem")
-    keystore = d / "server-keystore.pem"
-    keystore.write_text("".join((d / n).read_text() for n in ("server.key", "server.pem", "ca.pem")))
-    keystore.chmod(0o600)
-    return d / "ca.pem", keystore
+    """The security tests' PKI under ``d``: returns (CA certificate, PEM keystore = key + certificate + CA of
+    the server certificate, CN=localhost, SAN DNS:localhost, IP:127.0.0.1, EC P-256)."""
+    pki = make_pki(d)
+    return pki.ca_cert, pki.server.pem
 
 
 # -- the broker ------------------------------------------------------------------------------
@@ -391,6 +354,14 @@ def run(work: Path, cfg: BenchConfig, log: Callable[[str], None] = print) -> dic
         row["median_client_cpu_s_per_gib"] = statistics.median(row["client_cpu_s_per_gib"])
         if "paired_ratios" in row:
             row["median_paired_ratio"] = statistics.median(row["paired_ratios"])
+    by_name = {r["name"]: r for r in rows}
+    for direction in (produce, consume):
+        base_row = by_name[direction[base].name]
+        for p in protos[1:]:  # the broker's CPU per GiB against PLAINTEXT's in the same repetition
+            row = by_name[direction[p.name].name]
+            row["broker_cpu_ratios"] = [s / b for s, b in zip(row["broker_cpu_s_per_gib"],
+                                                              base_row["broker_cpu_s_per_gib"], strict=True)]
+            row["median_broker_cpu_ratio"] = statistics.median(row["broker_cpu_ratios"])
     for p in protos:
         row = next(r for r in rows if r["name"] == consume[p.name].name)
         row["leader_connect_s"] = connect_s[p.name]
@@ -428,7 +399,7 @@ def environment() -> dict:
 
 def format_table(rows: list[dict]) -> str:
     header = (f"{'name':<34} {'MB/s median (min-max)':>22} {'vs PLAINTEXT (min-max)':>23} "
-              f"{'broker CPU s/GiB':>17} {'client CPU s/GiB':>17}")
+              f"{'broker CPU s/GiB':>17} {'CPU vs PLAINTEXT (min-max)':>27} {'client CPU s/GiB':>17}")
     lines = [header, "-" * len(header)]
     for row in rows:
         rate = f"{row['median_mb_per_s']:.0f} ({row['min_mb_per_s']:.0f}-{row['max_mb_per_s']:.0f})"
@@ -437,8 +408,13 @@ def format_table(rows: list[dict]) -> str:
             ratio = f"{row['median_paired_ratio']:.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
         else:
             ratio = "baseline"
+        if "broker_cpu_ratios" in row:
+            cpu = row["broker_cpu_ratios"]
+            cpu_ratio = f"{row['median_broker_cpu_ratio']:.2f} ({min(cpu):.2f}-{max(cpu):.2f})"
+        else:
+            cpu_ratio = "baseline"
         lines.append(f"{row['name']:<34} {rate:>22} {ratio:>23} {row['median_broker_cpu_s_per_gib']:>17.2f} "
-                     f"{row['median_client_cpu_s_per_gib']:>17.2f}")
+                     f"{cpu_ratio:>27} {row['median_client_cpu_s_per_gib']:>17.2f}")
     return "\n".join(lines)
 
 
@@ -447,9 +423,11 @@ notes: one broker process, three listeners; each rep a fresh broker on an empty 
        in rotating order. MB/s counts record payload (10^6 B/s); vs PLAINTEXT = median of the
        per-rep ratios (PLAINTEXT time / protocol time), min-max in brackets. CPU s/GiB = median CPU
        seconds per GiB of payload, in the timed region, of the broker process and of this process
-       (confluent-kafka, librdkafka's threads included). Connections to the leader are opened before
-       the timer starts. Over PLAINTEXT the broker sends fetched records with sendfile; over TLS it
-       reads them into a buffer and encrypts in user space (see kernel TLS)."""
+       (confluent-kafka, librdkafka's threads included); CPU vs PLAINTEXT = median of the per-rep
+       ratios of the broker's (protocol CPU / PLAINTEXT CPU: above 1 costs more). Connections to the
+       leader are opened before the timer starts. Over PLAINTEXT the broker sends fetched records
+       with sendfile; over TLS it reads them into a buffer and encrypts in user space (see kernel
+       TLS)."""
 
 
 def show(report: dict) -> None:

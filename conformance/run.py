@@ -23,7 +23,16 @@ Steps, each bounded and logged under the work directory (``.conformance/`` by de
    when a listed test passes (the list shrinks as features land), or when a listed test ends otherwise
    than its status says.
 
-Usage: ``python conformance/run.py --src PATH [--tests 0001,0045] [--timeout 300] [--work-dir DIR]``;
+Every scenario's brokers get trivup's ACL authorizer with ``allow.everyone.if.no.acl.found=true``.
+``--security ssl,sasl_plaintext,sasl_ssl`` (or ``all``; ``make conformance-secure``) runs the secured
+scenarios instead: certificates made with openssl as trivup's SslApp makes them, one cluster whose brokers
+also have SASL_PLAINTEXT, SSL and SASL_SSL listeners (SASL PLAIN and SCRAM users, ``ssl.client.auth=required``
+on SSL, ``connections.max.reauth.ms``), and per scenario the ``test.conf`` and ``SSL_*`` environment that
+trivup's LibrdkafkaTestApp writes for that client protocol. Its results (and expectations) are named
+``<test>@<scenario>``.
+
+Usage: ``python conformance/run.py --src PATH [--tests 0001,0045] [--timeout 300] [--work-dir DIR]
+[--security all]``;
 ``--from-logs`` prints the table and verdict of the last run again from its logs (after editing
 expectations.txt, say) without running anything. Exit code 0 = green, 1 = expectation mismatches,
 2 = could not build or start the cluster.
@@ -69,6 +78,69 @@ SKIP_LINE = re.compile(r"\[(\S+)\s*/\s*[\d.]+s\] WARN: SKIPPING TEST: (.*)$")
 RUNNING_LINE = re.compile(r"=+ Running test (\S+) =+")
 STATUSES = ("fail", "skip", "flaky")
 CAUSE = re.compile(r"^(issue \d+[a-z]?( item \d+)?|not planned|suspected bug|environment|librdkafka)\b")
+
+# trivup (0.12) gives every broker of every scenario an ACL authorizer that lets everyone do what no ACL
+# mentions (server.properties.template and KafkaBrokerApp._add_simple_authorizer): 0081 creates, lists and
+# deletes ACLs, 0109/0115/0119 add DENY ACLs with kafka-acls.sh.
+TRIVUP_AUTHORIZER = {
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
+
+# -- the secured cluster (``--security``) ---------------------------------------------------------------
+# trivup with SslApp and sasl_mechanisms gives each broker four listeners, PLAINTEXT (inter-broker and the
+# kafka-*.sh tools), SASL_PLAINTEXT, SSL and SASL_SSL; the test client (LibrdkafkaTestApp) picks one with
+# security.protocol in test.conf. One secured cluster therefore serves every client protocol: each
+# "security scenario" below is a test.conf (and SSL_* environment) against the same brokers.
+SASL_USER, SASL_PASSWORD = "testuser", "testpass"  # interactive_broker_version.py's default sasl_users
+SSL_KEY_PASS = "12345678"                            # SslApp's ssl_key_pass
+REAUTH_MS = 10000   # connections.max.reauth.ms: 0142 needs it non-zero and runs ~17 of these intervals
+SECURITY_PROTOCOLS = {  # scenario -> (security.protocol, the default SASL mechanism of its test.conf)
+    "ssl": ("SSL", ""),
+    "sasl_plaintext": ("SASL_PLAINTEXT", "SCRAM-SHA-512"),  # sasl_test.py's "SASL SCRAM" suite
+    "sasl_ssl": ("SASL_SSL", "PLAIN"),                       # sasl_test.py's "SASL_SSL PLAIN" suite
+}
+# The test numbers the secured scenarios run, and under which client protocols: the security tests where
+# they do something (each skips itself elsewhere: 0097 without SSL_* env, 0135 without PLAIN/SCRAM, 0142
+# without SASL; 0115 and 0119 always skip when the cluster needs authentication, so they run only in the
+# plaintext scenario), and a handful of ordinary ones to show the secured listeners carry normal traffic.
+SECURE_TESTS = {
+    "0001": "*", "0002": "*", "0003": "*", "0011": "*", "0012": "*",  # (0004_conf needs no broker)
+    "0081": "sasl_plaintext,sasl_ssl",      # its authorized-operations parts need SASL PLAIN/SCRAM
+    "0097": "ssl,sasl_ssl",
+    "0109": "*",
+    "0126": "sasl_plaintext",               # skips itself without OAUTHBEARER/OIDC
+    "0135": "sasl_plaintext,sasl_ssl",
+    "0142": "sasl_plaintext",               # ~3 minutes: 17 intervals of connections.max.reauth.ms
+}
+
+
+def security_of(scenario: str) -> tuple[str, str] | None:
+    """(security.protocol, SASL mechanism) of a secured scenario (``sasl_ssl``, ``sasl_ssl:SCRAM-SHA-256``);
+    None for librdkafka's own (plaintext) scenarios."""
+    name, _, mech = scenario.partition(":")
+    if name not in SECURITY_PROTOCOLS:
+        return None
+    proto, default_mech = SECURITY_PROTOCOLS[name]
+    return proto, (mech.upper() or default_mech) if proto.startswith("SASL") else ""
+
+
+def rdk_scenario(scenario: str) -> str:
+    """The librdkafka scenario (TEST_SCENARIO) a run is: the secured cluster is the default one."""
+    return "default" if security_of(scenario) else scenario
+
+
+def log_name(number: str, scenario: str) -> str:
+    return f"{number}{'' if scenario == 'default' else '-' + scenario.replace(':', '-')}.log"
+
+
+def keep_broker_logs(cluster: StrataCluster, logs: Path, number: str, scenario: str) -> None:
+    """Copy the brokers' logs beside a failed (or killed) test's log, as they are when it ends: the next run
+    starts its clusters over them, and a failure seen once in a long run is otherwise left without them."""
+    stem = log_name(number, scenario).removesuffix(".log")
+    for b in cluster.brokers:
+        if b.log_path.exists():
+            shutil.copyfile(b.log_path, logs / f"{stem}.broker-{b.broker_id}.log")
 
 
 def log(msg: str) -> None:
@@ -202,8 +274,12 @@ def read_expectations(path: Path) -> dict[str, Expectation]:
         m = re.match(r"timeout=(\d+)\s+(.*)", rest)
         if m:
             timeout, rest = int(m.group(1)), m.group(2)
-        if not re.fullmatch(r"\d{4}_\w+", name):
-            raise SystemExit(f"{path}:{lineno}: not a test name: {name!r}")
+        m = re.fullmatch(r"\d{4}_\w+(?:@([\w:-]+))?", name)
+        if not m:
+            raise SystemExit(f"{path}:{lineno}: not a test name (<test> or <test>@<secured scenario>): {name!r}")
+        if m.group(1) and not security_of(m.group(1)):
+            raise SystemExit(f"{path}:{lineno}: {m.group(1)!r} is not a secured scenario "
+                             f"({', '.join(SECURITY_PROTOCOLS)}, optionally :<SASL mechanism>)")
         if status not in STATUSES:
             raise SystemExit(f"{path}:{lineno}: status must be one of {STATUSES}: {status!r}")
         if not CAUSE.match(rest):
@@ -215,15 +291,109 @@ def read_expectations(path: Path) -> dict[str, Expectation]:
     return out
 
 
+# -- certificates, as trivup's SslApp makes them ----------------------------------------------------------
+
+
+class SslFiles:
+    """trivup's SslApp with openssl only: two CAs (an unused one first, for the multi-CA PEM), the client
+    key ``librdkafka<id>`` in PEM, DER and PKCS#12 (with both CAs), and a broker certificate. trivup puts the
+    broker key in a JKS keystore (keytool); Strata takes a PEM keystore instead, whose certificate names
+    ``localhost`` and ``127.0.0.1`` (trivup: ``DNS:localhost``; the runner's listeners are ``127.0.0.1``, and
+    librdkafka checks the broker's host name by default)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        self.unused_ca = self._ca("SslApp_unused")
+        self.ca = self._ca("SslApp")
+        self.all_cas = root / "all_cas.pem"
+        self.all_cas.write_bytes(Path(self.unused_ca["pem"]).read_bytes() + Path(self.ca["pem"]).read_bytes())
+        self.client = self._client_cert("librdkafka" + hashlib.sha256(str(root).encode()).hexdigest()[:8])
+        self.broker_keystore = self._broker_keystore("broker")
+
+    def _run(self, *args: str) -> None:
+        r = subprocess.run(["openssl", *args], cwd=self.root, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"openssl {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+
+    @staticmethod
+    def _subj(cn: str) -> str:
+        return f"/C=NN/ST=ST/L=L/O=O/CN={cn}"
+
+    def _ca(self, cn: str) -> dict[str, str]:
+        ret = {k: str(self.root / f"ca_{cn}.{k}") for k in ("key", "srl", "pem", "der")}
+        ret["password"] = SSL_KEY_PASS
+        self._run("req", "-new", "-x509", "-keyout", ret["key"], "-out", ret["pem"], "-days", "10000",
+                  "-passin", f"pass:{SSL_KEY_PASS}", "-passout", f"pass:{SSL_KEY_PASS}", "-subj", self._subj(cn))
+        self._run("x509", "-outform", "der", "-in", ret["pem"], "-out", ret["der"])
+        return ret
+
+    def _sign(self, req: str, out: str, extfile: str | None = None) -> None:
+        args = ["x509", "-req", "-passin", f"pass:{SSL_KEY_PASS}", "-in", req, "-CA", self.ca["pem"],
+                "-CAkey", self.ca["key"], "-CAserial", self.ca["srl"], "-CAcreateserial", "-days", "10000",
+                "-out", out]
+        self._run(*args, *(["-extfile", extfile] if extfile else []))
+
+    def _client_cert(self, cn: str) -> dict:
+        ret = {"priv": {"pem": str(self.root / f"{cn}-priv.pem"), "der": str(self.root / f"{cn}-priv.der")},
+               "pub": {"pem": str(self.root / f"{cn}-pub.pem"), "der": str(self.root / f"{cn}-pub.der")},
+               "pkcs": str(self.root / f"{cn}.pfx"), "req": str(self.root / f"{cn}.req"),
+               "password": SSL_KEY_PASS}
+        self._run("genpkey", "-algorithm", "RSA", "-pass", f"pass:{SSL_KEY_PASS}", "-out", ret["priv"]["pem"])
+        self._run("req", "-passin", f"pass:{SSL_KEY_PASS}", "-passout", f"pass:{SSL_KEY_PASS}", "-key",
+                  ret["priv"]["pem"], "-new", "-out", ret["req"], "-subj", self._subj(cn))
+        self._sign(ret["req"], ret["pub"]["pem"])
+        self._run("x509", "-outform", "der", "-in", ret["pub"]["pem"], "-out", ret["pub"]["der"])
+        self._run("rsa", "-outform", "der", "-passin", f"pass:{SSL_KEY_PASS}", "-in", ret["priv"]["pem"],
+                  "-out", ret["priv"]["der"])
+        self._run("pkcs12", "-export", "-descert", "-out", ret["pkcs"], "-inkey", ret["priv"]["pem"],
+                  "-in", ret["pub"]["pem"], "-certfile", self.unused_ca["pem"], "-certfile", self.ca["pem"],
+                  "-passin", f"pass:{SSL_KEY_PASS}", "-passout", f"pass:{SSL_KEY_PASS}")
+        return ret
+
+    def _broker_keystore(self, cn: str) -> Path:
+        key, req, cert = (str(self.root / f"{cn}.{x}") for x in ("key", "req", "pem"))
+        ext = self.root / f"{cn}.exts"
+        ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        self._run("genpkey", "-algorithm", "RSA", "-out", key)
+        self._run("req", "-key", key, "-new", "-out", req, "-subj", self._subj(cn))
+        self._sign(req, cert, str(ext))
+        keystore = self.root / f"{cn}-keystore.pem"
+        keystore.write_bytes(Path(key).read_bytes() + Path(cert).read_bytes())
+        return keystore
+
+    def env(self) -> dict[str, str]:
+        """The SSL_* variables LibrdkafkaTestApp sets (0097 reads them)."""
+        env = {f"SSL_ca_{k}": v for k, v in self.ca.items()}
+        env.update({f"SSL_unused_ca_{k}": v for k, v in self.unused_ca.items()})
+        env["SSL_all_cas_pem"] = str(self.all_cas)
+        env["SSL_client_auth"] = "required"
+        for k, v in self.client.items():
+            if isinstance(v, dict):
+                env.update({f"SSL_{k}_{k2}": v2 for k2, v2 in v.items()})
+            else:
+                env[f"SSL_{k}"] = v
+        return env
+
+    def client_conf(self) -> list[str]:
+        return [f"ssl.ca.location={self.ca['pem']}", f"ssl.certificate.location={self.client['pub']['pem']}",
+                f"ssl.key.location={self.client['priv']['pem']}", f"ssl.key.password={SSL_KEY_PASS}"]
+
+
 # -- the cluster -------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Broker:
     broker_id: int
-    port: int
+    port: int           # the PLAINTEXT listener's
     directory: Path
     proc: subprocess.Popen[bytes] | None = None
+    ports: dict[str, int] = field(default_factory=dict)  # secured cluster: listener name -> port
+
+    def address(self, protocol: str = "PLAINTEXT") -> str:
+        return f"127.0.0.1:{self.port if protocol == 'PLAINTEXT' else self.ports[protocol]}"
 
     @property
     def log_path(self) -> Path:
@@ -238,13 +408,16 @@ class Broker:
 
 @dataclass
 class StrataCluster:
-    """One ZooKeeper and three Strata brokers on 127.0.0.1, as librdkafka's scenario files describe."""
+    """One ZooKeeper and three Strata brokers on 127.0.0.1, as librdkafka's scenario files describe; with
+    ``ssl`` (the secured cluster), each broker also has SASL_PLAINTEXT, SSL and SASL_SSL listeners."""
 
     root: Path
     auto_create: bool
     brokers: list[Broker] = field(default_factory=list)
     zk: object = None
     generation: int = 0
+    ssl: SslFiles | None = None
+    protocol: str = "PLAINTEXT"  # the test client's security.protocol (BROKER_ADDRESS_<id>)
 
     def start(self) -> StrataCluster:
         from strata.tools.zookeeper import ZooKeeperServer, free_port
@@ -257,6 +430,9 @@ class StrataCluster:
         self.zk = ZooKeeperServer(base / "zookeeper").start().wait_ready(60)
         connect = f"{self.zk.connect}{ZK_CHROOT}"
         self.brokers = [Broker(i, free_port(), base / f"broker-{i}") for i in BROKER_IDS]
+        if self.ssl is not None:
+            for b in self.brokers:
+                b.ports = {proto: free_port() for proto in ("SASL_PLAINTEXT", "SSL", "SASL_SSL")}
         for b in self.brokers:
             self._spawn(b, connect)
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -267,6 +443,8 @@ class StrataCluster:
                     raise SystemExit(f"broker {b.broker_id} did not start ({b.log_path}):\n{b.tail()}")
                 time.sleep(0.1)
         self._wait_registered(deadline)
+        if self.ssl is not None:
+            self._create_scram_users()
         return self
 
     def _spawn(self, b: Broker, connect: str) -> None:
@@ -282,7 +460,10 @@ class StrataCluster:
             "auto.create.topics.enable": str(self.auto_create).lower(),
             "delete.topic.enable": "true",
             "broker.rack": f"RACK{b.broker_id}",  # trivup sets it for Kafka >= 2.4
+            **TRIVUP_AUTHORIZER,
         }
+        if self.ssl is not None:
+            props.update(self._security_props(b))
         args = [sys.executable, "-m", "strata", "serve", "-v"]  # INFO: elections, ISR changes, groups
         for k, v in props.items():
             args += ["--set", f"{k}={v}"]
@@ -290,6 +471,48 @@ class StrataCluster:
         with open(b.log_path, "ab") as out:
             b.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       cwd=REPO, start_new_session=True)
+
+    def _security_props(self, b: Broker) -> dict[str, object]:
+        """KafkaBrokerApp's listeners, SASL and SSL keys with sasl_mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+        and SslApp, in Strata's spelling (PEM keystore instead of JKS, JAAS per listener instead of a file)."""
+        plain = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+                 f'user_{SASL_USER}="{SASL_PASSWORD}";')
+        return {
+            "listeners": ",".join([f"PLAINTEXT://127.0.0.1:{b.port}"]
+                                  + [f"{proto}://127.0.0.1:{port}" for proto, port in b.ports.items()]),
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "SASL_SSL:SASL_SSL",
+            "security.inter.broker.protocol": "PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": plain,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": self.ssl.broker_keystore,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.ssl.ca["pem"],
+            # trivup sets ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1: Strata never accepts the two older ones
+            "ssl.enabled.protocols": "TLSv1.2",
+            # trivup sets ssl.client.auth=required unprefixed, which Kafka applies to SSL listeners only
+            # (ChannelBuilders: SASL_SSL honours only the listener-prefixed key); Strata applies the
+            # unprefixed key to SASL_SSL too, so the runner gives it to the SSL listener alone
+            "listener.name.ssl.ssl.client.auth": "required",
+            "connections.max.reauth.ms": REAUTH_MS,  # not trivup's: 0142 skips without it
+        }
+
+    def _create_scram_users(self) -> None:
+        """KafkaBrokerApp's post-start kafka-configs.sh --alter --add-config
+        'SCRAM-SHA-n=[iterations=4096,password=...]' --entity-type users, as AlterUserScramCredentials."""
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        upserts = [UserScramCredentialUpsertion(SASL_USER, ScramCredentialInfo(m, 4096), SASL_PASSWORD.encode())
+                   for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
+        try:
+            for fut in admin.alter_user_scram_credentials(upserts, request_timeout=30).values():
+                fut.result()
+        except Exception as exc:  # noqa: BLE001 - any failure means no secured scenario
+            self.stop()
+            raise SystemExit(f"could not create the SCRAM user {SASL_USER}: {exc!r}") from exc
 
     def _wait_registered(self, deadline: float) -> None:
         from confluent_kafka.admin import AdminClient
@@ -328,11 +551,17 @@ class StrataCluster:
         if self.zk is not None:
             self.zk.stop()
 
+    def client_bootstrap(self, protocol: str = "PLAINTEXT") -> str:
+        return ",".join(b.address(protocol) for b in self.brokers)
+
     def env(self) -> dict[str, str]:
+        # BROKERS stays PLAINTEXT (trivup: the cluster's own security.protocol), for the kafka-*.sh tools
         env = {"BROKERS": self.bootstrap, "ZK_ADDRESS": f"{self.zk.connect}{ZK_CHROOT}"}
         for b in self.brokers:
-            env[f"BROKER_ADDRESS_{b.broker_id}"] = f"PLAINTEXT://127.0.0.1:{b.port}"
+            env[f"BROKER_ADDRESS_{b.broker_id}"] = f"{self.protocol}://{b.address(self.protocol)}"
             env[f"BROKER_PID_{b.broker_id}"] = str(b.proc.pid)
+        if self.ssl is not None and "SSL" in self.protocol:
+            env.update(self.ssl.env())
         return env
 
 
@@ -347,6 +576,27 @@ class Result:
     duration_s: float = 0.0
     scenario: str = "default"
 
+    @property
+    def key(self) -> str:
+        """The test's name, with ``@<scenario>`` for a secured scenario (as in expectations.txt)."""
+        return f"{self.name}@{self.scenario}" if security_of(self.scenario) else self.name
+
+
+def write_test_conf(conf: Path, cluster: StrataCluster, sec: tuple[str, str] | None) -> None:
+    """test.conf (RDKAFKA_TEST_CONF): the bootstrap servers; for a secured scenario what
+    LibrdkafkaTestApp writes: security.protocol, the first SASL user of sasl_users, the SSL client key."""
+    if sec is None:
+        conf.write_text(f"bootstrap.servers={cluster.bootstrap}\n")
+        return
+    proto, mech = sec
+    lines = []
+    if mech:
+        lines += [f"sasl.mechanisms={mech}", f"sasl.username={SASL_USER}", f"sasl.password={SASL_PASSWORD}"]
+    if "SSL" in proto:
+        lines += cluster.ssl.client_conf()
+    lines += [f"bootstrap.servers={cluster.client_bootstrap(proto)}", f"security.protocol={proto}"]
+    conf.write_text("\n".join(lines) + "\n")
+
 
 def run_number(runner: Path, number: str, scenario: str, cluster: StrataCluster, conf: Path, logs: Path,
                timeout_s: int, kafka_path: str = "") -> tuple[str, float, int | None]:
@@ -354,14 +604,14 @@ def run_number(runner: Path, number: str, scenario: str, cluster: StrataCluster,
     (None when it was killed at the time limit)."""
     tests_dir = runner.parent
     env = {**os.environ, **cluster.env(),
-           "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "TEST_SCENARIO": scenario,
+           "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "TEST_SCENARIO": rdk_scenario(scenario),
            "RDKAFKA_TEST_CONF": str(conf), "TEST_MODE": "bare",
            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}"}
     # KAFKA_PATH: where the tests find bin/kafka-*.sh (kafka-topics.sh, kafka-configs.sh, kafka-acls.sh):
-    # this repository by default, whose bin/ has Strata's wrappers (no kafka-acls.sh until issue 17)
+    # this repository by default, whose bin/ has Strata's wrappers
     env["KAFKA_PATH"] = kafka_path or str(REPO)
     env.pop("CI", None)
-    log_path = logs / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
+    log_path = logs / log_name(number, scenario)
     t0 = time.monotonic()
     rc: int | None = None
     with open(log_path, "wb") as out:
@@ -406,14 +656,14 @@ def parse_output(text: str, entries: list[Entry], scenario: str, rc: int | None,
     for e in entries:
         state, dur, extra = summary.get(e.name, ("", 0.0, ""))
         state = state or verdicts.get(e.name, "")
-        if not state and (e.name in skips or scenario not in e.scenario.split(",")):
+        if not state and (e.name in skips or rdk_scenario(scenario) not in e.scenario.split(",")):
             state = "SKIPPED"  # skipped before it started (no summary when the test-runner was killed)
         fail = failures.get(e.name, "")
         if state == "PASSED":
             results.append(Result(e.name, "passed", "", dur, scenario))
         elif state == "SKIPPED":
             reason = skips.get(e.name) or extra
-            if not reason and scenario not in e.scenario.split(","):
+            if not reason and rdk_scenario(scenario) not in e.scenario.split(","):
                 reason = f"requires test scenario {e.scenario}"
             results.append(Result(e.name, "skipped", _one_line(reason), dur, scenario))
         elif state == "FAILED":
@@ -453,7 +703,7 @@ def classify(results: dict[str, Result], entries: list[Entry], exp: dict[str, Ex
     by_name = {e.name: e for e in entries}
     for name, r in results.items():
         e = exp.get(name)
-        local = by_name[name].local and r.state == "skipped" and LOCAL_SKIP in r.reason
+        local = by_name[r.name].local and r.state == "skipped" and LOCAL_SKIP in r.reason
         note = ""
         if e is None:
             if r.state == "failed":
@@ -474,26 +724,26 @@ def classify(results: dict[str, Result], entries: list[Entry], exp: dict[str, Ex
                     problems.append(f"{name}: {r.state} but expectations.txt says {e.status}: {r.reason}")
                     note = "UNEXPECTED"
         rows.append((r, note))
-    absent = [name for name in exp if name not in by_name]
+    absent = [name for name in exp if name.split("@")[0] not in by_name]
     if absent:  # another librdkafka version (the list is measured against the one named in its header)
         log(f"note: {len(absent)} tests of expectations.txt are not in this librdkafka tree: {', '.join(absent)}")
     return problems, rows
 
 
 def print_table(rows: list[tuple[Result, str]], exp: dict[str, Expectation], local: set[str]) -> None:
-    w = max(len(r.name) for r, _ in rows)
+    w = max(len(r.key) for r, _ in rows)
     log("")
     log(f"{'TEST':<{w}}  {'RESULT':<7}  {'TIME':>7}  REASON")
     for r, note in rows:
         reason = r.reason
-        if r.state != "passed" and r.name in exp:
-            reason = f"{reason}  <- {exp[r.name].cause}" if reason else exp[r.name].cause
+        if r.state != "passed" and r.key in exp:
+            reason = f"{reason}  <- {exp[r.key].cause}" if reason else exp[r.key].cause
         if r.state == "skipped" and LOCAL_SKIP in r.reason and r.name in local:
             reason = "needs no broker (librdkafka unit/mock test; run by -l, not against Strata)"
-        if r.scenario != "default":
+        if r.scenario != "default" and not security_of(r.scenario):
             reason = f"[scenario {r.scenario}] {reason}"
         flag = f"  [{note}]" if note and not note.startswith("expected") else ""
-        log(f"{r.name:<{w}}  {r.state.upper():<7}  {r.duration_s:6.1f}s  {reason}{flag}")
+        log(f"{r.key:<{w}}  {r.state.upper():<7}  {r.duration_s:6.1f}s  {reason}{flag}")
 
 
 def totals(results: dict[str, Result]) -> dict[str, int]:
@@ -539,6 +789,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="make -j for the build")
     ap.add_argument("--expectations", default=str(EXPECTATIONS))
     ap.add_argument("--no-scenarios", action="store_true", help="only the default scenario")
+    ap.add_argument("--security", default=os.environ.get("CONFORMANCE_SECURITY", ""),
+                    help="run the secured scenarios instead of librdkafka's plaintext ones: a comma-separated "
+                         f"list of {', '.join(SECURITY_PROTOCOLS)} (a SASL one may name its mechanism, "
+                         "sasl_ssl:SCRAM-SHA-256) or 'all'; one secured cluster (certificates, SASL users, "
+                         "ACL authorizer) serves them all. Without --tests: the security tests and a few "
+                         "ordinary ones (SECURE_TESTS)")
     ap.add_argument("--kafka-path", default=os.environ.get("CONFORMANCE_KAFKA_PATH", ""),
                     help="KAFKA_PATH for the tests that run bin/kafka-*.sh (default: this repository, "
                          "whose bin/ holds Strata's kafka-*.sh wrappers)")
@@ -574,8 +830,21 @@ def main() -> int:
             shutil.rmtree(logs)
         logs.mkdir()
 
-    plan: list[tuple[str, list[str]]] = [("default", numbers)]
-    if not args.no_scenarios:
+    security = [x.strip() for x in args.security.split(",") if x.strip()]
+    if security == ["all"]:
+        security = list(SECURITY_PROTOCOLS)
+    for sc in security:
+        if not security_of(sc):
+            log(f"--security: unknown secured scenario {sc!r} (want {', '.join(SECURITY_PROTOCOLS)} or all)")
+            return 2
+    plan: list[tuple[str, list[str]]] = [] if security else [("default", numbers)]
+    for sc in security:
+        if wanted:
+            plan.append((sc, numbers))
+        else:
+            plan.append((sc, [n for n in sorted(SECURE_TESTS) if n in by_number
+                              and (SECURE_TESTS[n] == "*" or sc.split(":")[0] in SECURE_TESTS[n].split(","))]))
+    if not args.no_scenarios and not security:
         other = sorted({sc for e in entries for sc in e.scenario.split(",")} - {"default", "ak23"})
         for sc in other:  # ak23: Kafka 2.3's scenario, for 0103 only; it also runs in "default"
             nums = [n for n in numbers if any(sc in e.scenario.split(",") for e in by_number[n])]
@@ -584,6 +853,7 @@ def main() -> int:
 
     results: dict[str, Result] = {}
     crashes: list[str] = []
+    secure_cluster: StrataCluster | None = None
     t_start = time.monotonic()
     total_runs = sum(len(n) for _, n in plan)
     done = 0
@@ -595,11 +865,11 @@ def main() -> int:
             rs = [Result(e.name, "failed", f"runner could not read the output: {exc!r}", dur, scenario)
                   for e in by_number[number]]
         for r in rs:
-            prev = results.get(r.name)
+            prev = results.get(r.key)
             # a later scenario only fills in the entries an earlier one could not run
             if prev is None or (prev.state == "skipped" and "scenario" in prev.reason
                                 and not (r.state == "skipped" and "scenario" in r.reason)):
-                results[r.name] = r
+                results[r.key] = r
         main_fail = re.search(r'### Test "<MAIN>" failed at [^\n]*###\n([^\n]*)', ANSI.sub("", text))
         counts = " ".join(f"{s[0]}{sum(r.state == s for r in rs)}" for s in ("passed", "failed", "skipped"))
         log(f"[{done:3}/{total_runs}] {number} {scenario:<8} {dur:6.1f}s  {counts}"
@@ -611,7 +881,7 @@ def main() -> int:
         if args.from_logs:  # re-read an earlier run's logs: no cluster, no tests
             for number in nums:
                 done += 1
-                log_path = logs / f"{number}{'' if scenario == 'default' else '-' + scenario}.log"
+                log_path = logs / log_name(number, scenario)
                 if not log_path.exists():
                     continue
                 text = log_path.read_bytes().decode(errors="replace")
@@ -621,13 +891,26 @@ def main() -> int:
                 record(number, scenario, text, 0.0, None if rc_text.startswith("killed") else int(rc_text),
                        timeout_s)
             continue
-        cluster = StrataCluster(work / f"cluster-{scenario}", auto_create=scenario != "noautocreate")
+        sec = security_of(scenario)
+        if sec is None or secure_cluster is None or not secure_cluster.brokers:
+            ssl_files = SslFiles(work / "ssl") if sec else None
+            cluster = StrataCluster(work / ("cluster-secure" if sec else f"cluster-{scenario}"),
+                                    auto_create=scenario != "noautocreate", ssl=ssl_files)
+        else:
+            cluster = secure_cluster  # every secured scenario is a client of the same secured cluster
+        cluster.protocol = sec[0] if sec else "PLAINTEXT"
         log(f"\n== scenario {scenario}: ZooKeeper + brokers {BROKER_IDS}, num.partitions=4, "
-            f"auto-create {'on' if cluster.auto_create else 'off'}: {len(nums)} test numbers")
+            f"auto-create {'on' if cluster.auto_create else 'off'}"
+            + (f", client security.protocol={sec[0]}{' sasl.mechanism=' + sec[1] if sec[1] else ''}" if sec else "")
+            + f": {len(nums)} test numbers")
+        last_secure = sec is not None and not any(security_of(sc) for sc, _ in plan[plan.index((scenario, nums)) + 1:])
+        conf = work / f"test-{scenario.replace(':', '-')}.conf"
         try:
-            cluster.start()
-            conf = work / f"test-{scenario}.conf"
-            conf.write_text(f"bootstrap.servers={cluster.bootstrap}\n")
+            if not cluster.brokers:
+                cluster.start()
+            if sec:
+                secure_cluster = cluster
+            write_test_conf(conf, cluster, sec)
             for number in nums:
                 done += 1
                 timeout_s = max([LONG_TESTS_S.get(number, args.timeout)] +
@@ -635,6 +918,8 @@ def main() -> int:
                 text, dur, rc = run_number(runner, number, scenario, cluster, conf, logs, timeout_s,
                                            args.kafka_path)
                 record(number, scenario, text, dur, rc, timeout_s)
+                if rc != 0:
+                    keep_broker_logs(cluster, logs, number, scenario)
                 (work / "results.partial.json").write_text(json.dumps([r.__dict__ for r in results.values()]))
                 dead = cluster.dead()
                 if dead:
@@ -645,16 +930,21 @@ def main() -> int:
                         + "\n".join(b.tail(1500) for b in dead))
                     cluster.stop()
                     cluster.start()
-                    conf.write_text(f"bootstrap.servers={cluster.bootstrap}\n")
+                    write_test_conf(conf, cluster, sec)
         except SystemExit as e:  # the cluster would not start: report what ran
             log(str(e))
             crashes.append(f"scenario {scenario}: the cluster did not start; the rest of its tests did not run")
-        finally:
             cluster.stop()
+            cluster.brokers = []
+        finally:
+            if sec is None or last_secure:
+                cluster.stop()
 
     problems, rows = classify(results, entries, exp)
     order = {e.name: i for i, e in enumerate(entries)}
-    rows.sort(key=lambda rn: order[rn[0].name])
+    scenarios = [sc for sc, _ in plan]
+    rows.sort(key=lambda rn: (order[rn[0].name], scenarios.index(rn[0].scenario) if rn[0].scenario in scenarios
+                              else 0))
     print_table(rows, exp, {e.name for e in entries if e.local})
     t = totals(results)
     elapsed = "replayed from the logs" if args.from_logs else f"{(time.monotonic() - t_start) / 60:.0f} min"

@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topics_parser(commands)
     _add_configs_parser(commands)
     _add_consumer_groups_parser(commands)
+    _add_acls_parser(commands)
     version = commands.add_parser("version", parents=[verbose], help="print the version")
     version.set_defaults(func=_cmd_version, command_parser=version)
     return parser
@@ -115,7 +116,8 @@ def _kafka_tool_parser(commands: Any, name: str, kafka_name: str, help_text: str
                    help="REQUIRED: The Kafka server(s) to connect to (HOST:PORT,...).")
     p.add_argument("--command-config", metavar="<String: command config property file>",
                    help="Property file containing configs to be passed to Admin Client (client.id, "
-                        "request.timeout.ms; only the PLAINTEXT security protocol is supported).")
+                        "request.timeout.ms, and security.protocol, sasl.mechanism, sasl.jaas.config, ssl.* for "
+                        "SSL, SASL_PLAINTEXT and SASL_SSL listeners).")
     p.add_argument("--zookeeper", metavar="<String: urls>", help=argparse.SUPPRESS)  # refused with a message
     p.add_argument("--version", action="version", version=f"{__version__} (strata)")
     return p
@@ -157,27 +159,36 @@ def _add_topics_parser(commands: Any) -> None:
 
 
 def _add_configs_parser(commands: Any) -> None:
-    p = _kafka_tool_parser(commands, "configs", "kafka-configs.sh", "Describe or alter topic and broker configs")
+    p = _kafka_tool_parser(commands, "configs", "kafka-configs.sh",
+                           "Describe or alter topic, broker, client quota and SCRAM user configs")
     p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
     p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
     p.add_argument("--all", action="store_true",
                    help="List all configs for the given topic or broker (includes static and default configs).")
     p.add_argument("--entity-type", action="append", metavar="<String>",
-                   help="Type of entity (topics/brokers/broker-loggers; clients/users/ips/client-metrics are "
-                        "not in Strata)")
+                   help="Type of entity (topics/clients/users/brokers/broker-loggers; ips and client-metrics are "
+                        "not in Strata). 'users' and 'clients' may be given together.")
     p.add_argument("--entity-name", dest="entity_names", action="append", metavar="<String>",
-                   help="Name of entity (topic name/broker id)")
+                   help="Name of entity (topic name/client id/user principal name/broker id)")
     p.add_argument("--entity-default", dest="entity_names", action="append_const", const="",
-                   help="Default entity name for brokers (applies to the corresponding --entity-type)")
+                   help="Default entity name for clients/users/brokers (applies to the corresponding --entity-type)")
     p.add_argument("--add-config", metavar="<String>",
-                   help="Key Value pairs of configs to add: 'k1=v1,k2=[v1,v2,v2],k3=v3'.")
+                   help="Key Value pairs of configs to add: 'k1=v1,k2=[v1,v2,v2],k3=v3'. For users and clients: "
+                        "producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate; for "
+                        "users also 'SCRAM-SHA-256=[iterations=8192,password=secret]' (and SCRAM-SHA-512).")
     p.add_argument("--add-config-file", metavar="<String>", help="Path to a properties file with configs to add.")
     p.add_argument("--delete-config", action="append", metavar="<String>", help="config keys to remove 'k1,k2'")
     p.add_argument("--force", action="store_true", help="Suppress console prompts")
     p.add_argument("--topic", metavar="<String>", help="The topic's name.")
+    p.add_argument("--client", metavar="<String>", help="The client's ID.")
+    p.add_argument("--client-defaults", action="store_true", help="The config defaults for all clients.")
+    p.add_argument("--user", metavar="<String>", help="The user's principal name.")
+    p.add_argument("--user-defaults", action="store_true", help="The config defaults for all users.")
     p.add_argument("--broker", metavar="<String>", help="The broker's ID.")
     p.add_argument("--broker-defaults", action="store_true", help="The config defaults for all brokers.")
     p.add_argument("--broker-logger", metavar="<String>", help="The broker's ID for its logger config.")
+    p.add_argument("--ip", metavar="<String>", help="The IP address (IP quotas are not in Strata).")
+    p.add_argument("--ip-defaults", action="store_true", help="The config defaults for all IPs (not in Strata).")
     p.set_defaults(func=_cmd_kafka_tool, tool="configs_cmd", command_parser=p)
 
 
@@ -226,6 +237,59 @@ def _add_consumer_groups_parser(commands: Any) -> None:
     p.add_argument("--type", nargs="?", const="", metavar="<String>",
                    help="With --list, the groups' types, or only those of the given types (classic,consumer).")
     p.set_defaults(func=_cmd_kafka_tool, tool="consumer_groups_cmd", command_parser=p)
+
+
+def _add_acls_parser(commands: Any) -> None:
+    p = _kafka_tool_parser(commands, "acls", "kafka-acls.sh", "Add, remove and list ACLs")
+    for action, text in (("add", "Indicates you are trying to add ACLs."),
+                         ("remove", "Indicates you are trying to remove ACLs."),
+                         ("list", "List ACLs for the specified resource, use --topic <topic> or --group <group> or "
+                                  "--cluster to specify a resource.")):
+        p.add_argument(f"--{action}", action="store_true", help=text)
+    for flag, text in (("topic", "topic to which ACLs should be added or removed. A value of '*' indicates ACL "
+                                 "should apply to all topics."),
+                       ("group", "Consumer Group to which the ACLs should be added or removed. A value of '*' "
+                                 "indicates the ACLs should apply to all groups."),
+                       ("transactional-id", "The transactionalId to which ACLs should be added or removed. A value "
+                                            "of '*' indicates the ACLs should apply to all transactionalIds."),
+                       ("delegation-token", "Delegation token to which ACLs should be added or removed. A value of "
+                                            "'*' indicates ACL should apply to all tokens."),
+                       ("user-principal", "Specifies a user principal as a resource in relation with the operation "
+                                          "(CreateTokens, DescribeTokens).")):
+        p.add_argument(f"--{flag}", action="append", metavar=f"<String: {flag}>", help=f"{text} (repeatable)")
+    p.add_argument("--cluster", action="store_true", help="Add/Remove cluster ACLs.")
+    p.add_argument("--idempotent", action="store_true",
+                   help="Enable idempotence for the producer (with --producer: IdempotentWrite on the cluster).")
+    p.add_argument("--resource-pattern-type", metavar="<ANY|MATCH|LITERAL|PREFIXED>",
+                   help="The type of the resource pattern or pattern filter (default: LITERAL). When adding acls, "
+                        "'literal' or 'prefixed'; when listing or removing also 'any' (any pattern type, exactly "
+                        "this name) or 'match' (every ACL that affects the named resources: use with care with "
+                        "--remove).")
+    p.add_argument("--operation", action="append", metavar="<String>",
+                   help="Operation that is being allowed or denied (default: All): All, Read, Write, Create, "
+                        "Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, "
+                        "CreateTokens, DescribeTokens (repeatable).")
+    p.add_argument("--allow-principal", action="append", metavar="<String: allow-principal>",
+                   help="principal is in principalType:name format; User:'*' is every user (repeatable).")
+    p.add_argument("--deny-principal", action="append", metavar="<String: deny-principal>",
+                   help="principal is in principalType:name format. Deny rules take precedence over allow rules "
+                        "(repeatable).")
+    p.add_argument("--principal", action="append", nargs="?", const=None, metavar="<String: principal>",
+                   help="With --list, only the ACLs of this principal (principalType:name; repeatable).")
+    p.add_argument("--allow-host", action="append", metavar="<String: allow-host>",
+                   help="Host from which principals listed in --allow-principal will have access (default '*').")
+    p.add_argument("--deny-host", action="append", metavar="<String: deny-host>",
+                   help="Host from which principals listed in --deny-principal will be denied access (default '*').")
+    p.add_argument("--producer", action="store_true",
+                   help="Convenience option to add/remove ACLs for producer role: WRITE, DESCRIBE and CREATE on "
+                        "topic (WRITE, DESCRIBE on --transactional-id).")
+    p.add_argument("--consumer", action="store_true",
+                   help="Convenience option to add/remove ACLs for consumer role: READ, DESCRIBE on topic and READ "
+                        "on group.")
+    p.add_argument("--force", action="store_true", help="Assume Yes to all queries and do not prompt.")
+    p.add_argument("--authorizer-properties", action="append", help=argparse.SUPPRESS)  # refused with a message
+    p.add_argument("--authorizer", help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_kafka_tool, tool="acls_cmd", command_parser=p)
 
 
 def _cmd_kafka_tool(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

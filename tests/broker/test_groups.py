@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient
 
-from strata.broker.group.classic import GROUP_SUBSCRIBED_TO_TOPIC
+from strata.coordinator.group.classic import GROUP_SUBSCRIBED_TO_TOPIC
 from strata.errors import ErrorCode
 
 SESSION_MS = 6000

@@ -104,6 +104,31 @@ class Cluster:
     def leader_of(self, topic: str, partition: int) -> int:
         return self.metadata(topic).partitions[partition].leader
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch in a live broker's Metadata answer (confluent-kafka does not show it)."""
+        from tests.broker.kafka_wire import WireClient
+
+        last: Exception | None = None
+        for b in self.brokers.values():
+            try:
+                with WireClient(b.bootstrap) as w:
+                    meta = w.call(3, 12, topics=[{"name": topic, "topic_id": None}],
+                                  allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+            except OSError as e:  # that broker is down: ask the next
+                last = e
+                continue
+            (t,) = meta.topics
+            return next(p.leader_epoch for p in t.partitions if p.partition_index == partition)
+        raise AssertionError(f"no broker answered Metadata for {topic}: {last!r}")
+
+    def wait_rejoined(self, topic: str, partition: int, epoch_before: int, timeout_s: float = 30.0) -> None:
+        """After a replica was bounced: the controller has handled the bounce (a leader epoch past
+        ``epoch_before``) and every replica is in the ISR again. Full ISR alone is no proof: until the
+        controller notices the death, the other brokers still show the old, full ISR."""
+        wait_until(lambda: self.leader_epoch(topic, partition) > epoch_before, timeout_s,
+                   f"{topic}-{partition} past leader epoch {epoch_before}")
+        self.wait_full_isr(topic, timeout_s)
+
     def wait_full_isr(self, topic: str, timeout_s: float = 30.0) -> None:
         def full() -> bool:
             t = self.metadata(topic)

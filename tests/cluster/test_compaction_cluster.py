@@ -23,8 +23,8 @@ from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient
 from tests.cluster.harness import Cluster, running_cluster, wait_until
 
-from strata.broker.group.records import partition_for
 from strata.common import TopicPartition
+from strata.coordinator.group.records import partition_for
 from strata.log.checkpoints import OffsetCheckpointFile
 from strata.log.dump import DumpOptions, EventKind, dump_paths
 

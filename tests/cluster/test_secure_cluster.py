@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -67,8 +68,11 @@ def test_replication_failover_and_transactions_over_sasl_ssl(zk_connect: str, tm
         cluster.brokers[leader].kill()
         wait_until(lambda: cluster.leader_of("sec", 0) not in (-1, leader), 30, "a new leader of sec-0")
 
+        # no commits: with one of 3 brokers dead, __consumer_offsets (replication factor 3, not created yet)
+        # cannot be made, so a committing consumer's close() would wait out its 45 s session timeout, as on Kafka
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                             "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
         consumer.assign([TopicPartition("sec", 0, 0), TopicPartition("sec", 1, 0)])
         got: set[bytes] = set()
         deadline = time.monotonic() + 60
@@ -153,7 +157,46 @@ def test_acls_created_through_one_broker_apply_on_every_broker(zk_connect: str, 
         finally:
             zk.stop()
             zk.close()
+        _quota_set_on_one_broker_applies_on_the_other(cluster, alice, zk_connect)
         gone = AclBindingFilter(ResourceType.TOPIC, "acl-t", ResourcePatternType.LITERAL, "User:alice", "*",
                                 AclOperation.ANY, AclPermissionType.ANY)
         admin.delete_acls([gone])[gone].result(30)
         wait_until(lambda: all(e is not None for e in produce_both()), 30, "alice refused again on both brokers")
+
+
+def _quota_set_on_one_broker_applies_on_the_other(cluster: Any, alice: dict[str, Any], zk_connect: str) -> None:
+    """Client quotas are ZooKeeper entity configs (``/config/users/alice/clients/<default>``, Kafka's layout):
+    set through broker 1, broker 2 describes and enforces them."""
+    from kazoo.client import KazooClient
+
+    from strata.client.wire import KafkaWire
+
+    entity = [{"entity_type": "user", "entity_name": "alice"}, {"entity_type": "client-id", "entity_name": None}]
+    with KafkaWire(cluster.brokers[1].bootstrap) as w:
+        r = w.call(49, 1, entries=[{"entity": entity, "ops": [{"key": "producer_byte_rate", "value": 4096.0,
+                                                               "remove": False}]}], validate_only=False)
+    assert r.entries[0].error_code == 0, r.entries[0].error_message
+
+    def on_broker_2() -> list[Any]:
+        with KafkaWire(cluster.brokers[2].bootstrap) as w:
+            d = w.call(48, 1, components=[{"entity_type": "user", "match_type": 0, "match": "alice"}], strict=False)
+        return [([(e.entity_type, e.entity_name) for e in x.entity], {v.key: v.value for v in x.values})
+                for x in d.entries]
+
+    wait_until(lambda: on_broker_2() == [([("user", "alice"), ("client-id", None)],
+                                          {"producer_byte_rate": 4096.0})], 10, "broker 2 mirrors the quota")
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(10)
+    try:
+        data, _ = zk.get("/config/users/alice/clients/<default>")
+        assert b'"producer_byte_rate":"4096"' in data
+    finally:
+        zk.stop()
+        zk.close()
+    throttles: list[float] = []
+    p = Producer({**alice, "acks": "all", "linger.ms": 5, "batch.size": 8192,
+                  "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    for _ in range(56):  # 56 KiB: past the 10 windows' burst (40 KiB) a 4 KiB/s quota allows
+        p.produce("acl-t", b"q" * 1024, partition=1)  # led by broker 2
+    assert p.flush(30) == 0
+    wait_until(lambda: p.poll(0.1) >= 0 and any(t > 0 for t in throttles), 20, "broker 2 throttles alice")

@@ -58,6 +58,17 @@ def _wait_local_tail(cluster: Cluster, brokers: tuple[int, ...], timeout_s: floa
                    f"broker {broker}'s local log shrinking to its local retention")
 
 
+def _wait_every_rolled_segment_tiered(cluster: Cluster, leader: int, timeout_s: float = 60) -> int:
+    """The last tiered offset, once it is the one before the leader's active segment. The local tail can
+    shrink to its bound while the last rolled segments are still being uploaded."""
+    def last_tiered() -> int:
+        last = max((s.end for s in remote_segments(cluster.bootstrap).values()
+                    if s.topic == TOPIC and s.state == 1), default=-1)
+        return last if last == max(local_segments(cluster, leader, TOPIC), default=0) - 1 else 0
+
+    return wait_until(last_tiered, timeout_s, f"every rolled segment of broker {leader} tiered")
+
+
 def _replica_end(cluster: Cluster, broker: int) -> int:
     """The broker's own log end offset of the partition (ListOffsets -1 as the debugging consumer, which any
     replica answers from its own log; -1 while it has no replica)."""
@@ -188,8 +199,9 @@ def test_leader_killed_while_uploading_leaves_one_copy_of_every_segment(zk_conne
         # everything rolled is uploaded once, by whoever leads now
         wait_until(lambda: max(store_segments(store, TOPIC), default=0) >= written - 3 * SEGMENT_BYTES // 1000, 90,
                    "the last rolled segments uploaded")
-        wait_until(lambda: _settled(cluster.bootstrap, store), 60, "the store and the metadata agreeing")
-        spans = _check_store_matches_metadata(cluster.bootstrap, store)
+        # (each check waits up to 30 s for the two to agree; a timeout reports what the last one saw)
+        spans = wait_until(lambda: _check_store_matches_metadata(cluster.bootstrap, store), 60,
+                           "the store and the metadata agreeing")
         assert spans[0][0] == 0
         got = consume_all(cluster.bootstrap, TOPIC, written)
         assert len(got) == written and all(v == value(i) for i, v in enumerate(got))
@@ -301,8 +313,7 @@ def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_conne
     with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
         leader, follower = _replicated_topic_with_data(cluster, 1500)
         _wait_local_tail(cluster, (leader,))
-        last_tiered = max(s.end for s in remote_segments(cluster.bootstrap).values()
-                          if s.topic == TOPIC and s.state == 1)
+        last_tiered = _wait_every_rolled_segment_tiered(cluster, leader)
         cluster.brokers[follower].kill()
         leader_local = sorted(local_segments(cluster, leader, TOPIC))
         assert leader_local[0] <= last_tiered  # the leader keeps tiered segments locally (its local retention)
@@ -313,7 +324,6 @@ def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_conne
         _lead_and_read_all(cluster, follower, leader, 1500)
 
 
-@pytest.mark.slow  # make soak (36 s): make test runs the same replacement with the local store above
 def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_path: Path,
                                                           seaweedfs: SeaweedFS) -> None:  # noqa: F811
     """The replacement scenario with the ``s3`` RSM on a real S3 server (SeaweedFS): both brokers use one
@@ -330,6 +340,7 @@ def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_pa
     with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
         leader, follower = _replicated_topic_with_data(cluster, 1500)
         _wait_local_tail(cluster, (leader, follower), 90)
+        _wait_every_rolled_segment_tiered(cluster, leader)  # no upload between its objects and its metadata
         finished = [s for s in remote_segments(cluster.bootstrap).values() if s.topic == TOPIC and s.state == 1]
         assert len(bucket_segments()) == len(finished) >= 15
         cluster.brokers[follower].kill()

@@ -174,6 +174,7 @@ def test_fetch_from_leader_with_a_corrupted_checkpoint(tc: TieredCluster) -> Non
     tc.wait_offloaded(A, 0, [0, 1])
     tc.wait_earliest_local(A, 0, 2)
     broker = tc.cluster.brokers[leader]
+    epoch = tc.cluster.leader_epoch(A, 0)
     broker.kill()
     logs = broker.data_dir / "logs"
     for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint",
@@ -182,7 +183,7 @@ def test_fetch_from_leader_with_a_corrupted_checkpoint(tc: TieredCluster) -> Non
             (logs / name).write_text("garbage\n")
     (logs / f"{A}-0" / "leader-epoch-checkpoint").write_text("garbage\n")
     broker.start()
-    tc.cluster.wait_full_isr(A)
+    tc.cluster.wait_rejoined(A, 0, epoch)
     tc.elect_preferred(A, 0)
     consume_and_check(tc, A, 0, 0, total=3, from_tier=2, fetches=2)
 

@@ -166,6 +166,7 @@ def registered_brokers(connect: str) -> list[str]:
         zk.close()
 
 
+@pytest.mark.slow  # make soak (38 s): suite time; members killed during traffic stays in make test
 def test_whole_ensemble_down_leaders_serve_and_the_cluster_converges(ensemble: ZooKeeperEnsemble,
                                                                      tmp_path: Path) -> None:
     connect = chroot(ensemble)

@@ -34,6 +34,7 @@ def tiered_props(store: Path, *, metadata_rf: int = 2) -> dict[str, str]:
         "rlmm.config.remote.log.metadata.topic.replication.factor": str(metadata_rf),
         "rlmm.config.remote.log.metadata.topic.num.partitions": "5",
         "log.retention.check.interval.ms": "200",
+        "log.initial.task.delay.ms": "200",  # Kafka's 30 s before the first retention run: every test waited it
     }
 
 

@@ -17,7 +17,8 @@ from tests.compaction.harness import create, read_all, wait_until, wait_until_eq
 
 from strata.tools.tiers import metrics_endpoint
 
-CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200"}
+CLEANER = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "200",
+           "log.initial.task.delay.ms": "200"}
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from strata.log.dump import DumpOptions, dump_paths, has_problems
 POINTS = ["cleaner.clean.after_append", "cleaner.before_swap", "cleaner.swap.after_swap_suffix",
           "cleaner.swap.after_delete_old:2"]
 PROPS = {"log.cleaner.backoff.ms": "50", "log.retention.check.interval.ms": "200",
-         "log.flush.offset.checkpoint.interval.ms": "200"}
+         "log.flush.offset.checkpoint.interval.ms": "200", "log.initial.task.delay.ms": "200"}
 Record = tuple[int, bytes, bytes]
 
 

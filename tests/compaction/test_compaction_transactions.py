@@ -16,7 +16,8 @@ from tests.compaction.harness import create, read_all, wait_until
 from strata.log.dump import DumpOptions, dump_paths
 
 PROPS = {"log.cleaner.backoff.ms": "100", "transaction.state.log.num.partitions": "1",
-         "transaction.state.log.segment.bytes": "4096", "log.retention.check.interval.ms": "200"}
+         "transaction.state.log.segment.bytes": "4096", "log.retention.check.interval.ms": "200",
+         "log.initial.task.delay.ms": "200"}
 
 
 def log_records(directory: Path) -> int:

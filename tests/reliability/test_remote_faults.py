@@ -479,6 +479,7 @@ def check_local_reads_during_fault(b: FaultyBroker, load: Load) -> None:
     assert got[:50] == list(range(start, start + 50)), got[:5]
 
 
+@pytest.mark.slow  # make soak (18 s): suite time; tests/tiered/test_s3_scenarios.py keeps an S3 outage in make test
 def test_seaweedfs_outage_keeps_produce_and_local_reads_fast_and_loses_nothing(faulty: FaultyBroker,
                                                                                store: SeaweedFS) -> None:
     """SeaweedFS stopped for ~6 s mid-run and restarted on the same data and ports."""
@@ -595,6 +596,7 @@ def run_injected_faults(b: FaultyBroker, window_s: float, chaos_s: float = 0.0) 
 
         # hanging store: every call blocks; remote reads still answered in time, the lag gauge still moves.
         # The last read succeeded, so an expired read gets Kafka's answer: empty records, no error.
+        delete_hangs_before = b.op("delete")["faults"].get("hang", 0)
         b.set_faults(HANGING)
         load.phase = "hang"
         started = time.monotonic()
@@ -611,11 +613,24 @@ def run_injected_faults(b: FaultyBroker, window_s: float, chaos_s: float = 0.0) 
         report["remote_fetch_hang_known_failing"] = (round(fetch_s * 1e3), code, size)
         assert code == KAFKA_STORAGE_ERROR and fetch_s <= FETCH_MAX_WAIT_MS / 1000 + FETCH_MARGIN_S, report
         time.sleep(max(0.0, window_s - (time.monotonic() - started)))
-        # A copy of a segment rolled in the window hangs (it is counted when it starts), and the lag gauge
-        # keeps rising while it does. Waited on, not read once: the window can end just after the roll,
-        # before the copy task's next run has reached the store.
-        wait_until("a copy to hang", lambda: b.op("copy")["faults"].get("hang", 0) >= 1, 30)
-        wait_until("the copy lag to rise while the copy hangs", lambda: b.copy_lag_segments("lat") > lag_start, 30)
+        # The copy task's next run hangs on the store (its calls are counted when they start), and the lag
+        # gauge keeps rising while it does. That call is the upload of a segment rolled in the window - or,
+        # when a copy failed in the failing window after its COPY_SEGMENT_STARTED went out, the deletion of
+        # that dangling upload, which every run does first (a clean-clone run once saw no upload start in 30
+        # s for this reason). Waited on, not read once: the window can end before the next run reaches the
+        # store.
+        def copy_task_hangs() -> bool:
+            return (b.op("copy")["faults"].get("hang", 0) >= 1
+                    or b.op("delete")["faults"].get("hang", 0) > delete_hangs_before)
+
+        try:
+            wait_until("the copy task to hang on the store", copy_task_hangs, 30)
+        except AssertionError as e:  # say where the copy task stood
+            raise AssertionError(f"{e}: copy stats {b.op('copy')}, delete stats {b.op('delete')}, copy lag "
+                                 f"{b.copy_lag_segments('lat')} (was {lag_start}), warnings "
+                                 f"{warnings_for(b, 'lat-0', 'copy')[-3:]}") from None
+        wait_until("the copy lag to rise while the copy task hangs", lambda: b.copy_lag_segments("lat") > lag_start,
+                   30)
 
         # torn uploads: a truncated .log uploaded, then the copy fails (fatal: cleaned at once;
         # retriable: left COPY_SEGMENT_STARTED, cleaned by the next run). Never FINISHED, never served.

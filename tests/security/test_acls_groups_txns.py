@@ -28,13 +28,11 @@ from confluent_kafka.admin import (
 )
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient
+from tests.security.clients import PASSWORDS, plain_client, plain_listener_props
 
 from strata.errors import ErrorCode
 from strata.security.acl import AUTHORIZED_OPERATIONS_OMITTED
 
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "broker": "broker-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items()) + ";")
 TOPIC, TXN_TOPIC, SECRET, MARKERS = "acl-t", "acl-txn", "acl-secret", "acl-markers"
 FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE_GROUPS, LIST_GROUPS = 10, 11, 12, 13, 14, 15, 16
 OFFSET_COMMIT, OFFSET_FETCH, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 42, 47
@@ -67,10 +65,7 @@ ACLS = [
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("acls-groups-txns"), {
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        **plain_listener_props(),
         "group.initial.rebalance.delay.ms": "0",
         "transaction.state.log.num.partitions": "2",
         "offsets.topic.num.partitions": "2",
@@ -89,8 +84,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def _conf(b: BrokerProcess, user: str) -> dict[str, Any]:
     if user == "admin":
         return {"bootstrap.servers": b.bootstrap}
-    return {"bootstrap.servers": b.address("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user]}
+    return plain_client(b, user)
 
 
 def _wire(b: BrokerProcess, user: str) -> WireClient:

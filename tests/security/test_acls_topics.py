@@ -29,12 +29,10 @@ from confluent_kafka.admin import (
 )
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient
+from tests.security.clients import PASSWORDS, plain_client, plain_listener_props
 
 from strata.protocol.records import build_batch
 
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items()) + ";")
 TOPICS = ("a", "b", "pre-1", "c", "d")
 
 # error codes
@@ -50,13 +48,8 @@ CONFIG_TOPIC, CONFIG_BROKER = 2, 4
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("acls"), {
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "num.partitions": "1",
-    }, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"}).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("acls"), {**plain_listener_props(), "num.partitions": "1"},
+                      listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"}).start()
     try:
         admin = _admin(b)
         for fut in admin.create_topics([NewTopic(t, 1, 1) for t in TOPICS]).values():
@@ -103,8 +96,7 @@ def _revoke(b: BrokerProcess, *bindings: AclBinding) -> None:
 
 
 def _conf(b: BrokerProcess, user: str) -> dict[str, Any]:
-    return {"bootstrap.servers": b.address("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user]}
+    return plain_client(b, user)
 
 
 def _login(b: BrokerProcess, user: str) -> WireClient:
@@ -371,6 +363,11 @@ def test_cluster_apis_refuse_with_cluster_authorization_failed(bob: WireClient) 
     assert bob.call(50, 0, users=[{"name": "alice"}]).error_code == CLUSTER_AUTH
     r = bob.call(51, 0, deletions=[{"name": "alice", "mechanism": 1}], upsertions=[])
     assert [x.error_code for x in r.results] == [CLUSTER_AUTH]
+    assert bob.call(48, 1, components=[], strict=False).error_code == CLUSTER_AUTH  # DESCRIBE_CONFIGS on it
+    r = bob.call(49, 1, entries=[{"entity": [{"entity_type": "user", "entity_name": "bob"}],
+                                  "ops": [{"key": "producer_byte_rate", "value": 1e9, "remove": False}]}],
+                 validate_only=False)
+    assert [e.error_code for e in r.entries] == [CLUSTER_AUTH]  # ALTER_CONFIGS: no raising your own quota
     # DescribeCluster itself needs nothing; its authorized operations are 0 without DESCRIBE on the cluster
     r = bob.call(60, 0, include_cluster_authorized_operations=True)
     assert (r.error_code, r.cluster_authorized_operations) == (NONE, 0)

@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient, encode_request
-from tests.security.clients import poll_kafka_python
+from tests.security.clients import poll_kafka_python, round_trip_confluent
 
 from strata.client import wire
 
@@ -62,21 +62,7 @@ def _conf(broker: BrokerProcess, mechanism: str, user: str = "alice", password: 
 
 
 def _round_trip_confluent(broker: BrokerProcess, mechanism: str, topic: str, n: int = 50) -> None:
-    p = Producer({**_conf(broker, mechanism), "acks": "all"})
-    for i in range(n):
-        p.produce(topic, b"v%d" % i, key=b"%d" % i)
-    assert p.flush(30) == 0
-    c = Consumer({**_conf(broker, mechanism), "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"})
-    c.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and not m.error():
-            got.append(m.value())
-    c.commit(asynchronous=False)
-    c.close()
-    assert sorted(got) == sorted(b"v%d" % i for i in range(n))
+    round_trip_confluent(_conf(broker, mechanism), topic, n)
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

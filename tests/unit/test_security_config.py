@@ -71,3 +71,17 @@ def test_secrets_are_sensitive_and_listener_keystores_are_dynamic() -> None:
     assert not is_listener_ssl_key("ssl.keystore.location")  # Kafka: only per listener
     key = broker_config_key("listener.name.external.ssl.truststore.password")
     assert key is not None and key.type == "password"
+
+
+def test_broker_wide_client_auth_applies_to_ssl_listeners_only() -> None:
+    """Kafka's ChannelBuilders: a SASL_SSL listener asks for client certificates only when its own
+    listener.name.<l>.ssl.client.auth says so; the unprefixed ssl.client.auth is for SSL listeners."""
+    c = BrokerConfig.from_props({
+        "listeners": "S://127.0.0.1:9093,SS://127.0.0.1:9094,SS2://127.0.0.1:9095",
+        "listener.security.protocol.map": "S:SSL,SS:SASL_SSL,SS2:SASL_SSL",
+        "ssl.client.auth": "required",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.ss2.ssl.client.auth": "requested",
+    })
+    auth = {li.name: li.ssl.client_auth for li in c.listeners if li.ssl is not None}
+    assert auth == {"S": "required", "SS": "none", "SS2": "requested"}

@@ -6,6 +6,12 @@ tiers view names topics and nothing here is authenticated). The server is delibe
 one request per connection (``Connection: close``), a bounded request head read under a timeout,
 no request bodies. Anything malformed gets a 400 and the connection is closed; no request, however
 broken, may take the server (or the broker's event loop) down.
+
+With ``metrics.ssl.enabled=true`` the endpoint speaks HTTPS only (``ssl_config``, the ``metrics.ssl.*``
+keys, made a context by ``strata.security.ssl_factory.metrics_server_context``); with
+``metrics.ssl.client.auth=required`` a client must present a certificate the truststore trusts.
+A failed or stalled handshake (a plain HTTP client, an untrusted certificate) only closes that
+connection, within ``read_timeout_s``.
 """
 
 from __future__ import annotations
@@ -14,11 +20,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 from strata.common.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from strata.common.metrics import Registry
+from strata.config.security_config import SslConfig
+from strata.security.ssl_factory import metrics_server_context
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +57,8 @@ class AdminHttpServer:
 
     def __init__(self, host: str, port: int, registry: Registry, tiers_provider: TiersProvider, *,
                  broker_id: int = -1, read_timeout_s: float = READ_TIMEOUT_S,
-                 max_request_bytes: int = MAX_REQUEST_HEAD_BYTES, max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_request_bytes: int = MAX_REQUEST_HEAD_BYTES, max_connections: int = MAX_CONNECTIONS,
+                 ssl_config: SslConfig | None = None) -> None:
         self.host = host
         self.port = port
         self.registry = registry
@@ -57,17 +67,26 @@ class AdminHttpServer:
         self.read_timeout_s = read_timeout_s
         self.max_request_bytes = max_request_bytes
         self.max_connections = max_connections
+        # built here, so a bad metrics.ssl.* config fails the broker's start with an InvalidConfigError
+        self.ssl_context: ssl.SSLContext | None = metrics_server_context(ssl_config)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> int:
         """Bind and listen; returns the bound port (``port=0`` picks a free one)."""
         # the StreamReader limit bounds readuntil(): a longer head raises LimitOverrunError
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": self.read_timeout_s}
         self._server = await asyncio.start_server(self._handle, self.host, self.port,
-                                                  limit=self.max_request_bytes, reuse_address=True)
+                                                  limit=self.max_request_bytes, reuse_address=True, **tls)
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("admin http listening on %s:%d", self.host, self.port)
+        log.info("admin http listening on %s://%s:%d", self.scheme, self.host, self.port)
         return self.port
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
 
     async def stop(self) -> None:
         server, self._server = self._server, None

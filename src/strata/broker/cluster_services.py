@@ -20,11 +20,28 @@ from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode
 
 if TYPE_CHECKING:
-    from strata.broker.server import Broker
-    from strata.broker.topics import TopicInfo
+    from strata.broker.topics import TopicInfo, TopicRegistry
     from strata.cluster.node import ClusterNode
+    from strata.config import LogConfig
+    from strata.replication.replica_manager import ReplicaManager
 
 PROPAGATION_TIMEOUT_S = 10.0
+
+
+class LocalTopics(Protocol):
+    """What the single-node view and the topic admins need of their broker: its id and address, its topic
+    registry and replicas, and the local steps that create, delete, grow and reconfigure a topic (in a
+    cluster they run when the controller's decision reaches this broker)."""
+
+    node_id: int
+    topics: TopicRegistry
+    replicas: ReplicaManager
+
+    def broker_entry(self, listener: str | None = None) -> dict[str, Any]: ...
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo: ...
+    def delete_topic(self, name: str) -> TopicInfo: ...
+    def add_partitions(self, name: str, count: int) -> TopicInfo: ...
+    def set_topic_configs(self, name: str, overrides: dict[str, str]) -> LogConfig: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,7 @@ class Reassignment:
 
 
 class SingleNodeView:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: LocalTopics) -> None:
         self._broker = broker
 
     def brokers(self, listener: str | None = None) -> list[dict[str, Any]]:
@@ -92,7 +109,7 @@ class SingleNodeView:
 
 
 class LocalTopicAdmin:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: LocalTopics) -> None:
         self._broker = broker
 
     def max_replication_factor(self) -> int:
@@ -173,7 +190,7 @@ class ZkClusterView:
 
 
 class ZkTopicAdmin:
-    def __init__(self, broker: Broker, node: ClusterNode) -> None:
+    def __init__(self, broker: LocalTopics, node: ClusterNode) -> None:
         self._broker = broker
         self._node = node
 

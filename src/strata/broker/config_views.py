@@ -39,7 +39,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from strata.broker.topics import validate_topic_name
 from strata.config.broker_config import (
@@ -59,8 +59,19 @@ from strata.config.security_config import LISTENER_PREFIX, is_sensitive
 from strata.errors import ApiError, ErrorCode, InvalidConfigError
 
 if TYPE_CHECKING:
+    from strata.broker.cluster_services import TopicAdmin
     from strata.broker.dynamic_config import DynamicBrokerConfigs
-    from strata.broker.server import Broker
+    from strata.broker.topics import TopicRegistry
+
+
+class ConfigResources(Protocol):
+    """Where the configs of DescribeConfigs and AlterConfigs live: the topic registry (topic overrides),
+    the topic admin (writes them, through the controller in a cluster) and the broker's id (BROKER
+    resources); its ``dynamic_configs`` (:class:`DynamicBrokerConfigs`) when it has them."""
+
+    node_id: int
+    topics: TopicRegistry
+    admin: TopicAdmin
 
 
 class ResourceType(IntEnum):
@@ -596,8 +607,8 @@ def duplicate_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
     return dupes
 
 
-async def alter_resource(broker: Broker, resource_type: int, resource_name: str, changes: Sequence[ConfigChange], *,
-                         incremental: bool, validate_only: bool) -> None:
+async def alter_resource(broker: ConfigResources, resource_type: int, resource_name: str,
+                         changes: Sequence[ConfigChange], *, incremental: bool, validate_only: bool) -> None:
     """One resource of AlterConfigs (``incremental=False``) or IncrementalAlterConfigs; raises ApiError.
 
     Topic changes are validated in full (unknown keys, bad values, cross-key rules) before anything
@@ -632,7 +643,7 @@ async def alter_resource(broker: Broker, resource_type: int, resource_name: str,
         raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {_type_name(resource_type)}")
 
 
-def describe_resource(broker: Broker, views: ConfigViews, resource_type: int, resource_name: str,
+def describe_resource(broker: ConfigResources, views: ConfigViews, resource_type: int, resource_name: str,
                       keys: Sequence[str] | None) -> list[ConfigView]:
     """The configs of one DescribeConfigs resource; raises ApiError (Kafka's ``ConfigHelper``)."""
     if resource_type == ResourceType.TOPIC:

@@ -25,21 +25,28 @@ import ssl
 import struct
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from strata.broker.authentication import SASL_MAX_RECEIVE_SIZE, Session, log_failure
 from strata.broker.dispatch import CloseConnection, RequestContext, Spliced, handlers, supported_versions
-from strata.broker.transport import readable, recv_into, send_bytes, sendfile_slice, tls_handshake, writable
+from strata.broker.services import BrokerServices
+from strata.broker.throttling import Throttler, TimedCall, frame_size, with_throttle
+from strata.broker.transport import recv_into, send_bytes, sendfile_slice, tls_handshake, wrap_server
 from strata.protocol.build import make, zero_values
 from strata.protocol.connection import NEED_DATA, ProtocolViolation, RawFrame, ServerConnection
 from strata.protocol.frame import Request, api_versions_unsupported_response, encode_response, response_class
 from strata.security.principal import NoMatchingRuleError
 from strata.security.sasl import SaslAuthenticationError
 
-if TYPE_CHECKING:
-    from strata.broker.server import Broker
-
 log = logging.getLogger(__name__)
+
+
+class ConnectionServices(BrokerServices, Protocol):
+    """What a client connection needs beyond its handlers' services: the quota throttler (charged per
+    request) and whether the broker is stopping (then the connection ends after the request in hand)."""
+
+    throttler: Throttler
+    shutting_down: bool
 
 RECV_BYTES = 256 * 1024
 _shared = threading.local()  # one receive buffer per event-loop thread, shared by its connections
@@ -96,7 +103,7 @@ class ClientConnection:
     context when the connection starts with a TLS handshake; ``principal_of_certificate`` turns the
     client's certificate into the principal (SSL listeners)."""
 
-    def __init__(self, broker: Broker, sock: socket.socket, peer: str, session: Session,
+    def __init__(self, broker: ConnectionServices, sock: socket.socket, peer: str, session: Session,
                  tls: ssl.SSLContext | None = None, principal_of_certificate: Any = None) -> None:
         self.broker = broker
         self.sock = sock
@@ -106,6 +113,7 @@ class ClientConnection:
         self._principal_of_certificate = principal_of_certificate
         self._supported = supported_versions()
         self._handlers = handlers()  # the registry is complete once the broker started: look it up once
+        self._throttler = broker.throttler
         self.protocol = ServerConnection(broker.config.socket_request_max_bytes, self._supported)
         if session.sasl is not None:  # unauthenticated peers send small frames only (sasl.server.max.receive.size)
             self.protocol.max_request_size = min(SASL_MAX_RECEIVE_SIZE, broker.config.socket_request_max_bytes)
@@ -190,11 +198,11 @@ class ClientConnection:
         """The TLS handshake (under the idle timer); the client certificate's principal on SSL listeners."""
         assert self._tls is not None
         try:
-            tls_sock = self._tls.wrap_socket(self.sock, server_side=True, do_handshake_on_connect=False)
+            tls_sock = wrap_server(self._tls, self.sock)
         except (ssl.SSLError, OSError) as e:
             log.info("TLS with %s failed: %s", self.peer, e)
             return False
-        self.sock = tls_sock
+        self.sock = tls_sock  # type: ignore[assignment]  # transport takes either
         self._reading = True
         try:
             await tls_handshake(self._loop, tls_sock)
@@ -206,7 +214,7 @@ class ClientConnection:
         self._last_active = self._loop.time()
         if self.session.sasl is None and self._principal_of_certificate is not None:
             try:
-                self.session.principal = self._principal_of_certificate(tls_sock)
+                self.session.principal = self._principal_of_certificate(tls_sock.ssl)
             except NoMatchingRuleError as e:  # Kafka fails the authentication: no principal, no connection
                 log.info("closing TLS connection from %s: ssl.principal.mapping.rules map no name for it (%s)",
                          self.peer, e)
@@ -238,25 +246,19 @@ class ClientConnection:
     async def _recv(self, direct: memoryview | None) -> int:
         """One read: into ``direct`` (the rest of a large frame), else through the shared buffer.
 
-        Bytes read into the shared buffer reach the protocol before the next ``await``. Returns
-        the byte count (0: the peer closed).
+        ``recv_into`` writes the buffer only after its last ``await``, so bytes read into the shared
+        buffer reach the protocol before the next ``await``. Over TLS one read is every record that
+        can be decrypted without waiting. Returns the byte count (0: the peer closed).
         """
         if direct is not None:
             n = await recv_into(self._loop, self.sock, direct)
             self.protocol.buffer_updated(n)
             return n
-        while True:
-            try:  # the shared buffer must reach the protocol with no await in between
-                n = self.sock.recv_into(_receive_buffer())
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError) as e:
-                wait = writable if isinstance(e, ssl.SSLWantWriteError) else readable
-                await wait(self._loop, self.sock.fileno())
-                continue
-            except ssl.SSLZeroReturnError:
-                return 0
-            if n:
-                self.protocol.receive_data(_receive_buffer()[:n])
-            return n
+        buf = _receive_buffer()
+        n = await recv_into(self._loop, self.sock, buf)
+        if n:
+            self.protocol.receive_data(buf[:n])
+        return n
 
     def _progress(self) -> None:
         """The peer read part of a response: a slow reader is not an idle one."""
@@ -300,14 +302,32 @@ class ClientConnection:
                 return False
         spec = self._handlers[request.api_key]
         ctx = RequestContext(self.broker, request, self.peer, session)
+        throttler = self._throttler
+        throttle_ms = 0
         try:
-            response = await spec.fn(ctx, request.body)
-            if response is None:  # acks=0 produce: no answer
+            if throttler.quotas.enabled:
+                call = TimedCall(spec.fn(ctx, request.body)) if throttler.times(request) else None
+                response = await (call if call is not None else spec.fn(ctx, request.body))
+                throttle_ms = throttler.before_response(request, session.principal, call.busy_s if call else 0.0)
+                if throttle_ms and response is not None:
+                    response = with_throttle(response, throttle_ms)
+            else:
+                response = await spec.fn(ctx, request.body)
+            if response is None:  # acks=0 produce: no answer (muted all the same when over its quota)
+                if throttle_ms:
+                    await asyncio.sleep(throttle_ms / 1000)
                 return True
             if isinstance(response, Spliced):
                 parts = encode_response(response.body, cid, response.splices)
             else:
                 parts = encode_response(response, cid)
+            if throttler.quotas.fetch.enabled:
+                fetch_ms = throttler.fetch_throttle(request, session.principal, frame_size(parts))
+                if fetch_ms > throttle_ms:
+                    throttle_ms = fetch_ms
+                    response = with_throttle(response, throttle_ms)
+                    parts = (encode_response(response.body, cid, response.splices) if isinstance(response, Spliced)
+                             else encode_response(response, cid))
         except CloseConnection as e:
             log.info("closing connection from %s: %s", self.peer, e)
             return False
@@ -320,6 +340,8 @@ class ClientConnection:
                 return False
             parts = encode_response(error, cid)
         await self._send(parts)
+        if throttle_ms:  # KIP-219: the response is out, the channel stays muted for the throttle time
+            await asyncio.sleep(throttle_ms / 1000)
         if session.close_after_send_s is not None:
             if session.close_after_send_s > 0:
                 await asyncio.sleep(session.close_after_send_s)

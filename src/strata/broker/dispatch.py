@@ -19,7 +19,7 @@ from strata.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from strata.broker.authentication import Session
-    from strata.broker.server import Broker
+    from strata.broker.services import BrokerServices
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -77,7 +77,8 @@ class RequestContext:
 
     __slots__ = ("broker", "request", "connection_id", "session")
 
-    def __init__(self, broker: Broker, request: Request, connection_id: str, session: Session | None = None) -> None:
+    def __init__(self, broker: BrokerServices, request: Request, connection_id: str,
+                 session: Session | None = None) -> None:
         self.broker = broker
         self.request = request
         self.connection_id = connection_id

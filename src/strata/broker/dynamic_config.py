@@ -17,11 +17,12 @@ default set through one broker applies on all of them.
 What a change does (``_apply``): the broker-wide topic defaults (``log.retention.ms``,
 ``log.segment.bytes``, ``message.max.bytes`` ...) become ``TopicRegistry.defaults`` and every open log
 not overriding them gets the new config at once; ``remote.fetch.max.wait.ms``,
-``remote.list.offsets.request.timeout.ms`` and ``remote.log.index.file.cache.total.size.bytes`` reach the
-RemoteLogManager live; the RemoteLogManager's thread pools are sized from the effective config when it
-starts (the next restart); in a cluster the controller's default for ``unclean.leader.election.enable``
-follows the dynamic value. Keys of machinery Strata does not have (``log.cleaner.*``, ``num.io.threads``,
-connection quotas, replication throttles ...) are validated, stored and reported, and do nothing.
+``remote.list.offsets.request.timeout.ms``, ``remote.log.index.file.cache.total.size.bytes`` and the KIP-956
+quotas ``remote.log.manager.copy/fetch.max.bytes.per.second`` reach the RemoteLogManager live; the
+RemoteLogManager's thread pools are sized from the effective config when it starts (the next restart); in
+a cluster the controller's default for ``unclean.leader.election.enable`` follows the dynamic value. Keys of
+machinery Strata does not have (``log.cleaner.*``, ``num.io.threads``, connection quotas, replication
+throttles ...) are validated, stored and reported, and do nothing.
 
 Validation follows ``DynamicBrokerConfig.validate`` as ``ConfigAdminManager`` answers it (every failure
 is INVALID_REQUEST): keys that are not dynamic, bad values, per-broker keys on the cluster-wide
@@ -38,7 +39,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from strata.broker.config_views import ConfigChange, incremental_broker_configs, refuse_broker_changes, scala_set
 from strata.cluster.broker_configs import DEFAULT_ENTITY, BrokerConfigConflictError, BrokerConfigZk
@@ -52,13 +53,46 @@ from strata.config.broker_config import (
     is_listener_ssl_key,
     merge_dynamic_configs,
 )
+from strata.config.security_config import redacted
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 
 if TYPE_CHECKING:
-    from strata.broker.server import Broker
+    from strata.broker.topics import TopicRegistry
+    from strata.cluster.node import ClusterNode
+    from strata.config.security_config import ListenerConfig, SslConfig
+    from strata.log.cleaner.log_cleaner import LogCleaner
+    from strata.replication.replica_manager import ReplicaManager
+    from strata.tiered.manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
+
+
+class TlsListener(Protocol):
+    """A listener whose keystore a dynamic config may replace (``strata.broker.listeners.ListenerRuntime``)."""
+
+    name: str
+    config: ListenerConfig
+
+    def validate_tls(self, ssl_config: SslConfig) -> None: ...
+    def reload_tls(self, ssl_config: SslConfig | None = None) -> bool: ...
+
+
+class DynamicConfigHost(Protocol):
+    """The parts of a broker that dynamic configs change, and nothing else: its config (replaced whole), the
+    topic defaults and every log's config, the cleaner, the RemoteLogManager's quotas and caches, the TLS
+    listeners' keystores; ``cluster`` to keep them in ZooKeeper."""
+
+    config: BrokerConfig
+    node_id: int
+    cluster: ClusterNode | None
+    topics: TopicRegistry
+    replicas: ReplicaManager
+    log_cleaner: LogCleaner | None
+    remote_log_manager: RemoteLogManager | None
+    listeners: Sequence[TlsListener]
+
+    def apply_tiering_change(self, name: str, was_tiered: bool) -> None: ...
 
 DYNAMIC_CONFIG_FILE = "strata-dynamic-broker-configs.json"
 _DEFAULT_NAME = "<default>"  # the file's (and ZooKeeper's) name of the cluster-wide entity
@@ -95,7 +129,8 @@ def sanitize(props: Mapping[str, str], *, per_broker: bool, where: str) -> dict[
         try:
             check_dynamic_configs({name: value}, per_broker=per_broker)
         except ApiError as e:
-            log.error("ignoring the dynamic broker config %s=%s in %s: %s", name, value, where, e)
+            log.error("ignoring the dynamic broker config %s=%s in %s: %s", name, redacted({name: value})[name],
+                      where, e)
             continue
         out[name] = value
     return out
@@ -137,7 +172,7 @@ def check_thread_counts(current: Mapping[str, str], new: Mapping[str, str]) -> N
 class DynamicBrokerConfigs:
     """The broker's dynamic configs: both levels, where they are kept, and their application."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: DynamicConfigHost) -> None:
         self._broker = broker
         self.node_id = broker.node_id
         self.entity = str(broker.node_id)
@@ -174,10 +209,10 @@ class DynamicBrokerConfigs:
         left_out = {_file_name(e): stored[e] for e in fallback if stored[e]}
         if left_out:
             log.error("stored dynamic broker configs left out (they do not make a valid config with the rest): "
-                      "%s; change them with AlterConfigs", left_out)
+                      "%s; change them with AlterConfigs", {k: redacted(v) for k, v in left_out.items()})
         if any(self.levels.values()):
-            log.info("dynamic broker configs: %s (cluster-wide), %s (broker %d)", self.levels[DEFAULT_ENTITY],
-                     self.levels[self.entity], self.node_id)
+            log.info("dynamic broker configs: %s (cluster-wide), %s (broker %d)",
+                     redacted(self.levels[DEFAULT_ENTITY]), redacted(self.levels[self.entity]), self.node_id)
 
     def _load_file(self) -> dict[str, dict[str, str]]:
         if not self.path.exists():
@@ -239,7 +274,8 @@ class DynamicBrokerConfigs:
                 await self._write(entity, new, version)
             except BrokerConfigConflictError:
                 continue  # changed through another broker meanwhile: start again from what is there
-            log.info("dynamic broker configs of %s now %s", f"broker {entity}" if entity else "the cluster", new)
+            log.info("dynamic broker configs of %s now %s", f"broker {entity}" if entity else "the cluster",
+                     redacted(new))
             return
         raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
                        f"The dynamic configs of {entity or 'the cluster'} kept changing meanwhile; retry")
@@ -326,7 +362,7 @@ class DynamicBrokerConfigs:
         topics.set_defaults(effective.log_config)
         for info in topics:
             broker.replicas.apply_config(info.name)
-            broker._apply_tiering_change(info.name, tiered[info.name])
+            broker.apply_tiering_change(info.name, tiered[info.name])
         log.info("broker-wide topic defaults changed (dynamic broker configs): applied to %d topics",
                  len(tiered))
 
@@ -339,7 +375,14 @@ class DynamicBrokerConfigs:
         old = rlm.config
         rlm.config = replace(old, fetch_max_wait_ms=new.fetch_max_wait_ms,
                              list_offsets_timeout_ms=new.list_offsets_timeout_ms,
-                             index_cache_total_size_bytes=new.index_cache_total_size_bytes)
+                             index_cache_total_size_bytes=new.index_cache_total_size_bytes,
+                             copy_max_bytes_per_second=new.copy_max_bytes_per_second,
+                             fetch_max_bytes_per_second=new.fetch_max_bytes_per_second)
+        # KIP-956 (Kafka's updateCopyQuota/updateFetchQuota): copy tasks waiting on the old bound re-check at once
+        if new.copy_max_bytes_per_second != old.copy_max_bytes_per_second:
+            rlm.update_copy_quota(new.copy_max_bytes_per_second)
+        if new.fetch_max_bytes_per_second != old.fetch_max_bytes_per_second:
+            rlm.update_fetch_quota(new.fetch_max_bytes_per_second)
         if new.index_cache_total_size_bytes != old.index_cache_total_size_bytes and rlm.index_cache is not None:
             rlm.index_cache.resize(new.index_cache_total_size_bytes)
             log.info("remote.log.index.file.cache.total.size.bytes updated, old value: %d, new value: %d",

@@ -25,7 +25,7 @@ from strata.security.principal import SslPrincipalMapper
 from strata.security.ssl_factory import SslContextHolder, connection_principal
 
 if TYPE_CHECKING:
-    from strata.broker.server import Broker
+    from strata.broker.connection import ConnectionServices
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ListenerRuntime:
         """The client certificate's principal; NoMatchingRuleError (the connection is closed) when no rule maps it."""
         return str(connection_principal(conn, self._mapper))
 
-    async def accept_loop(self, broker: Broker, track: Callable[[asyncio.Task[None]], None]) -> None:
+    async def accept_loop(self, broker: ConnectionServices, track: Callable[[asyncio.Task[None]], None]) -> None:
         assert self.sock is not None
         loop = asyncio.get_running_loop()
         cfg = broker.config

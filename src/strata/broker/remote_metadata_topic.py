@@ -32,7 +32,7 @@ from strata.protocol.records import BatchBuilder, decode_batch, iter_batches
 from strata.replication.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
-    from strata.broker.server import Broker
+    from strata.broker.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,13 @@ T = TypeVar("T")
 class BrokerMetadataTopic:
     """Implements ``strata.tiered.metadata.topic_based.MetadataTopic`` over the broker's log."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
-        self._broker = broker
+    def __init__(self, replicas: ReplicaManager, topics: TopicRegistry,
+                 create_topic: Callable[[str, int, dict[str, str]], TopicInfo],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        """``create_topic``: the broker's local topic creation (single node: no controller to ask)."""
+        self._replicas = replicas
+        self._topics = topics
+        self._create_topic = create_topic
         self._loop = loop
         self._loop_thread = threading.get_ident()
 
@@ -60,13 +65,13 @@ class BrokerMetadataTopic:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(CALL_TIMEOUT_S)
 
     def _log(self, partition: int):  # type: ignore[no-untyped-def]
-        return self._broker.replicas.get_log(TopicPartition(REMOTE_LOG_METADATA_TOPIC, partition))
+        return self._replicas.get_log(TopicPartition(REMOTE_LOG_METADATA_TOPIC, partition))
 
     def ensure_created(self, num_partitions: int, retention_ms: int, replication_factor: int = 1) -> int:
         def create() -> int:
-            info = self._broker.topics.get(REMOTE_LOG_METADATA_TOPIC)
+            info = self._topics.get(REMOTE_LOG_METADATA_TOPIC)
             if info is None:
-                info = self._broker.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, {
+                info = self._create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, {
                     "retention.ms": str(retention_ms), "cleanup.policy": "delete", "remote.storage.enable": "false"})
             return info.partitions
 
@@ -78,7 +83,7 @@ class BrokerMetadataTopic:
             builder.append(value, key=None)
             tp = TopicPartition(REMOTE_LOG_METADATA_TOPIC, partition)
             try:
-                info = self._broker.replicas.append(tp, builder.build(), AppendOrigin.COORDINATOR)
+                info = self._replicas.append(tp, builder.build(), AppendOrigin.COORDINATOR)
             except OSError as e:
                 raise KafkaStorageError(f"append to {tp} failed: {e}") from e
             return info.last_offset

@@ -22,6 +22,7 @@ from typing import Any
 
 from strata.broker.admin_http import AdminHttpServer
 from strata.broker.authorization import Authorization
+from strata.broker.client_quotas import ClientQuotaStore
 from strata.broker.cluster_member import ClusterMember
 from strata.broker.cluster_metrics import register_cluster_metrics
 from strata.broker.cluster_services import (
@@ -34,11 +35,11 @@ from strata.broker.cluster_services import (
 )
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
-from strata.broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.broker.inter_broker import inter_broker_security
 from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
+from strata.broker.throttling import Throttler
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.broker.transaction_metrics import register_transaction_metrics
 from strata.broker.transactions import TransactionService
@@ -46,16 +47,18 @@ from strata.broker.user_credentials import UserCredentials
 from strata.cluster.entity_configs import EntityConfigsZk
 from strata.cluster.node import ClusterNode
 from strata.cluster.zk import ZkUnavailableError
-from strata.cluster.znodes import Endpoint
+from strata.cluster.znodes import ConfigType, Endpoint
 from strata.common import SystemClock, ThreadScheduler, TopicPartition
 from strata.common.metrics import Registry
 from strata.config import LogConfig
 from strata.config.broker_config import BrokerConfig
+from strata.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.cleaner.log_cleaner import LogCleaner
 from strata.log.manager import LogManager
+from strata.quota.client import ClientQuotaManagers
 from strata.replication.fetcher import ReplicaFetcherManager
 from strata.replication.replica_manager import ReplicaManager
 from strata.tiered.api import RemoteStorageError, TopicIdPartition
@@ -147,7 +150,7 @@ class Broker:
                 return block.first_producer_id, block.size
 
             self.producer_ids = ClusterProducerIdManager(allocate)
-        self.groups: Any = None  # the group coordinator, set in start() (see strata.broker.group)
+        self.groups: Any = None  # the group coordinator, set in start() (see strata.coordinator.group)
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.metrics = Registry()
@@ -157,6 +160,9 @@ class Broker:
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()
+        self.quota_managers = ClientQuotaManagers(config.quota_window_num, config.quota_window_size_seconds)
+        self.throttler = Throttler(self.quota_managers, self.metrics)
+        self.client_quotas: ClientQuotaStore | None = None  # the quota entities, set in start()
         self.authorization = Authorization(config.raw, config.log_dirs[0],
                                            self.cluster.zk if self.cluster is not None else None)
         self.shutting_down = False
@@ -168,6 +174,11 @@ class Broker:
         self._bound: dict[str, int] = {}  # listener name -> bound port
 
     # -- what handlers use --------------------------------------------------------------------
+
+    @property
+    def clustered(self) -> bool:
+        """Part of a ZooKeeper cluster (``zookeeper.connect`` set), not a single node."""
+        return self.cluster is not None
 
     def broker_entry(self, listener: str | None = None) -> dict[str, Any]:
         """This broker's address on ``listener`` (the one a client came in on; None: the inter-broker one)."""
@@ -229,7 +240,7 @@ class Broker:
         was_tiered = self.topics.remote_log_enabled(name)
         effective = self.topics.set_configs(name, overrides)
         self.replicas.apply_config(name)
-        self._apply_tiering_change(name, was_tiered)
+        self.apply_tiering_change(name, was_tiered)
         log.info("topic %s: config overrides now %s", name, overrides)
         return effective
 
@@ -243,7 +254,7 @@ class Broker:
         self.logs.checkpoint()
         return low
 
-    def _apply_tiering_change(self, name: str, was_tiered: bool) -> None:
+    def apply_tiering_change(self, name: str, was_tiered: bool) -> None:
         """KIP-950: ``remote.storage.enable`` turned on starts tiering the topic; turned off (only
         allowed with ``remote.log.delete.on.disable=true``) deletes its remote data and the log
         start becomes the local log start."""
@@ -324,9 +335,13 @@ class Broker:
             for info in self.topics:
                 self.replicas.open_topic(info)  # partitions created while we were down, or lost dirs
         await self.dynamic_configs.start()
-        self.user_credentials = UserCredentials(
-            self.config.log_dirs[0], EntityConfigsZk(self.cluster.zk) if self.cluster is not None else None)
-        await self.user_credentials.start()
+        users_zk = EntityConfigsZk(self.cluster.zk) if self.cluster is not None else None
+        clients_zk = EntityConfigsZk(self.cluster.zk, ConfigType.CLIENT) if self.cluster is not None else None
+        quotas = ClientQuotaStore(self.config.log_dirs[0], self.quota_managers, users_zk, clients_zk)
+        self.user_credentials = UserCredentials(self.config.log_dirs[0], users_zk)
+        await self.user_credentials.start()  # starts the users mirror, which the quota store listens to too
+        await quotas.start()
+        self.client_quotas = quotas
         await self.authorization.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
@@ -360,11 +375,13 @@ class Broker:
             await self.cluster.register()
         if self.config.metrics_port >= 0:
             self.admin_http = AdminHttpServer(self.config.metrics_host, self.config.metrics_port, self.metrics,
-                                              self.tier_states, broker_id=self.node_id)
+                                              self.tier_states, broker_id=self.node_id,
+                                              ssl_config=self.config.metrics_ssl)
             port = await self.admin_http.start()
             # DescribeConfigs reports the bound port: `strata tiers` finds the endpoint through it.
             self.config = replace(self.config, metrics_port=port, raw={**self.config.raw, "metrics.port": str(port)})
-            lifecycle.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
+            lifecycle.info("metrics on %s://%s:%d/metrics", "https" if self.config.metrics_ssl else "http",
+                           self.config.metrics_host, port)
         first = self.config.listeners[0]
         others = ", ".join(f"{li.name}://{li.host}:{self._bound[li.name]} ({li.security_protocol})"
                            for li in self.config.listeners)
@@ -391,7 +408,7 @@ class Broker:
         member.hooks.topic_deleted.append(self._on_cluster_topic_deleted)
         member.hooks.leading.append(self._on_leading)
         member.hooks.not_leading.append(self._on_not_leading)
-        member.hooks.topic_config_changed.append(self._apply_tiering_change)
+        member.hooks.topic_config_changed.append(self.apply_tiering_change)
         lifecycle.info("joined the cluster %s through ZooKeeper %s: %d brokers, %d topics, %d local replicas",
                        cluster_id, self.config.cluster.zookeeper_connect, len(node.metadata.brokers),
                        len(node.metadata.topics), len(self.replicas.partitions))
@@ -470,7 +487,7 @@ class Broker:
                                                admin=self.admin, topics=self.topics, loop=loop,
                                                security=inter_broker_security(self.config)))
             else:
-                set_topic(BrokerMetadataTopic(self, loop))
+                set_topic(BrokerMetadataTopic(self.replicas, self.topics, self.create_topic, loop))
         initialize = getattr(rlm.rlmm, "initialize", None)
         if initialize is not None:
             # The metadata loads in the background: local traffic is served at once, remote reads
@@ -569,6 +586,8 @@ class Broker:
             await self.admin_http.stop()
         if self.user_credentials is not None:
             self.user_credentials.stop()
+        if self.client_quotas is not None:
+            self.client_quotas.stop()
         self.authorization.stop()
         try:
             if self.remote_log_manager is not None:

@@ -38,9 +38,9 @@ from strata.security.scram_credentials import (
 log = logging.getLogger(__name__)
 
 USER_CONFIG_FILE = "strata-user-configs.json"
+DEFAULT_ENTITY = "<default>"
 MECHANISM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # org.apache.kafka.clients.admin.ScramMechanism
 CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
-_WRITE_ATTEMPTS = 10
 
 
 def sanitize(user: str) -> str:
@@ -81,10 +81,10 @@ class UserCredentials:
 
     async def start(self) -> None:
         if self._zk is not None:
-            self._zk.on_change.append(lambda name, config: self._index(desanitize(name), config))
+            self._zk.on_change.append(self._on_change)
             await self._zk.start()
             for name, config in self._zk.configs.items():
-                self._index(desanitize(name), config)
+                self._on_change(name, config)
             return
         if self._path.exists():
             try:
@@ -98,6 +98,10 @@ class UserCredentials:
     def stop(self) -> None:
         if self._zk is not None:
             self._zk.stop()
+
+    def _on_change(self, name: str, config: Mapping[str, str]) -> None:
+        if "/" not in name and name != DEFAULT_ENTITY:  # users/<u>/clients/<c> and <default>: quotas only
+            self._index(desanitize(name), config)
 
     def _index(self, user: str, config: Mapping[str, str]) -> None:
         try:
@@ -206,17 +210,7 @@ class UserCredentials:
             self._local = users
             self._index(user, config)
             return
-        name = sanitize(user)
-        for attempt in range(_WRITE_ATTEMPTS):
-            current, version = await zk.read(name)
-            try:
-                written = await zk.write(name, edit(current), version)
-            except EntityConfigConflictError:
-                if attempt == _WRITE_ATTEMPTS - 1:
-                    raise
-                continue
-            await zk.wait_for(name, written, 10.0)  # this broker answers logins with it at once
-            return
+        await zk.update(sanitize(user), edit)
 
 
 def _result(user: str, code: int, message: str | None) -> dict[str, Any]:

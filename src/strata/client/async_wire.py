@@ -53,10 +53,13 @@ class AsyncBrokerConnection:
             except AuthenticationFailed as e:
                 self.close()
                 raise WireError(f"{self.host}:{self.port}: {e}") from None
+            except BaseException:  # cancelled mid-login: a half-authenticated connection must not be reused
+                self.close()
+                raise
 
     async def call(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
         """Send one request and return its decoded response body; WireError on any failure (the
-        connection is then closed: the next call reconnects)."""
+        connection is then closed: the next call reconnects). A call cancelled mid-way closes it too."""
         if not self.connected:
             await self.connect()
         assert self._reader is not None and self._writer is not None
@@ -75,7 +78,10 @@ class AsyncBrokerConnection:
             self.close()
             raise WireError(f"request {api_key} v{version} to {self.host}:{self.port} failed: "
                             f"{type(e).__name__} {e}") from None
-        except WireError:
+        except BaseException:
+            # A WireError, or the caller cancelled between the request and its answer (a coordinator giving up
+            # its role, a task timed out from outside): the answer may still arrive, and the next call on this
+            # connection would read it as its own ("response correlation id 1, expected 2"). Close instead.
             self.close()
             raise
         try:

@@ -4,7 +4,8 @@ The Spark driver plans a read from a few answers (which partitions exist and who
 their earliest/latest offsets, offsets for timestamps, where the remote store is) and executors
 read raw record batches, which stay bytes until the columnar decoder turns them into Arrow.
 Requests for a partition go to its leader, so the client works against a multi-broker Kafka
-cluster as well as against Strata's single node.
+cluster as well as against Strata's single node. Every connection uses ``security`` (TLS and the
+SASL login of a secured listener, :func:`strata.client.security.client_security`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from strata.client.wire import KafkaWire, WireError, parse_host_port
+from strata.client.security import ClientSecurity
+from strata.client.wire import KafkaWire, SecurityError, WireError, parse_host_port
 
 METADATA = 3
 LIST_OFFSETS = 2
@@ -93,7 +95,8 @@ def _code(value: Any) -> int:
 class KafkaCluster:
     """Connections to a cluster's brokers, opened on demand from ``bootstrap`` (a comma list)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "strata-client") -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "strata-client",
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
         if not self.bootstrap:
             raise WireError("no bootstrap servers given")
@@ -104,6 +107,7 @@ class KafkaCluster:
                 raise WireError(f"bad bootstrap address {address!r}: {e}") from None
         self.timeout_s = timeout_s
         self.client_id = client_id
+        self.security = security
         self._any: KafkaWire | None = None
         self._nodes: dict[int, KafkaWire] = {}
         self.metadata_cache = ClusterMetadata()
@@ -126,13 +130,20 @@ class KafkaCluster:
         if self._any is not None:
             return self._any
         errors = []
+        refused = False
         for address in random.sample(self.bootstrap, len(self.bootstrap)):
             try:
-                self._any = KafkaWire(address, self.timeout_s, self.client_id)
+                self._any = self._connect(address)
                 return self._any
+            except SecurityError as e:
+                refused = True
+                errors.append(str(e))
             except WireError as e:
                 errors.append(str(e))
-        raise WireError("; ".join(errors))
+        raise (SecurityError if refused else WireError)("; ".join(errors))
+
+    def _connect(self, address: str) -> KafkaWire:
+        return KafkaWire(address, self.timeout_s, self.client_id, security=self.security)
 
     def _node_wire(self, node_id: int) -> KafkaWire:
         wire = self._nodes.get(node_id)
@@ -145,13 +156,15 @@ class KafkaCluster:
         if (any_wire.host, any_wire.port) == address:
             wire = any_wire
         else:
-            wire = KafkaWire(f"{address[0]}:{address[1]}", self.timeout_s, self.client_id)
+            wire = self._connect(f"{address[0]}:{address[1]}")
         self._nodes[node_id] = wire
         return wire
 
     def _call_any(self, api_key: int, version: int, **fields: Any) -> Any:
         try:
             return self._bootstrap_wire().call(api_key, version, **fields)
+        except SecurityError:
+            raise
         except WireError:
             self._drop(self._any)
             return self._bootstrap_wire().call(api_key, version, **fields)
@@ -159,6 +172,8 @@ class KafkaCluster:
     def _call_node(self, node_id: int, api_key: int, version: int, **fields: Any) -> Any:
         try:
             return self._node_wire(node_id).call(api_key, version, **fields)
+        except SecurityError:
+            raise
         except WireError:
             self._drop(self._nodes.get(node_id))
             return self._node_wire(node_id).call(api_key, version, **fields)

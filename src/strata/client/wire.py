@@ -4,18 +4,24 @@ The tools ask a broker a handful of questions (its node id, a config value) and 
 library would be a dependency for two requests, and would hide what the broker answered behind
 retries; this speaks the wire format directly through kio over one socket. Only non-flexible
 request versions are needed (request header v1), which every Kafka broker still accepts.
+
+On a secured listener (``security``, a :class:`~strata.client.security.ClientSecurity`) the socket is
+wrapped in TLS for ``SSL``/``SASL_SSL`` and the SASL login runs for ``SASL_*`` before the first request;
+a refusal is a :class:`SecurityError` saying what to check.
 """
 
 from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from strata.client.security import AuthenticationFailed, ClientSecurity, sasl_login_sync
 from strata.protocol.build import make, zero_values
 from strata.protocol.lengths import length_check
 
@@ -26,6 +32,11 @@ DEFAULT_PORT = 9092
 
 class WireError(Exception):
     """The broker could not be reached or answered something we cannot read."""
+
+
+class SecurityError(WireError):
+    """TLS or SASL refused the connection (an untrusted certificate, a wrong password, a mechanism the
+    listener does not offer): trying again, or another broker, will not help."""
 
 
 ADMIN_CLIENT_ID = "__admin_client"
@@ -85,7 +96,8 @@ def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]
 class KafkaWire:
     """One blocking connection to a broker; ``call`` sends a request and returns its response."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 10.0, client_id: str = "strata-tools") -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0, client_id: str = "strata-tools",
+                 security: ClientSecurity | None = None) -> None:
         try:
             host, port = parse_host_port(bootstrap)
         except ValueError as e:
@@ -93,11 +105,52 @@ class KafkaWire:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.security = security
         self._correlation = 0
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as e:
             raise WireError(f"cannot connect to {bootstrap}: {e.strerror or e}") from None
+        try:
+            self._secure(security)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _secure(self, security: ClientSecurity | None) -> None:
+        if security is None:
+            return
+        where = f"{self.host}:{self.port}"
+        if security.ssl_context is not None:
+            try:
+                self.sock = security.ssl_context.wrap_socket(self.sock,
+                                                             server_hostname=security.server_hostname(self.host))
+            except ssl.SSLCertVerificationError as e:
+                raise SecurityError(f"TLS handshake with {where} failed: the broker's certificate is not trusted "
+                                    f"({e.verify_message or e.reason}): check ssl.truststore.location (or "
+                                    "ssl.ca.location) and, for a host name mismatch, the address used or "
+                                    "ssl.endpoint.identification.algorithm") from None
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as e:
+                raise WireError(f"TLS handshake with {where} failed: the broker closed the connection ({e})") \
+                    from None
+            except ssl.SSLError as e:
+                raise SecurityError(f"TLS handshake with {where} failed: {e.reason or e} (is it a "
+                                    f"{security.protocol} listener?)") from None
+            except TimeoutError:
+                raise WireError(f"TLS handshake with {where} timed out (is it a {security.protocol} listener?)") \
+                    from None
+            except OSError as e:
+                raise WireError(f"TLS handshake with {where} failed: {e.strerror or e}") from None
+        if security.sasl_mechanism is not None:
+            try:
+                sasl_login_sync(security, self.call)
+            except AuthenticationFailed as e:
+                raise SecurityError(f"authentication to {where} failed: {e}") from None
+            except SecurityError:
+                raise
+            except WireError as e:
+                raise WireError(f"SASL login to {where} failed: {e} (is it a {security.protocol} listener?)") \
+                    from None
 
     def __enter__(self) -> KafkaWire:
         return self

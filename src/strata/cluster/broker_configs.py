@@ -22,16 +22,17 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from strata.cluster.zk import AsyncZk, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError, ZnodeStat
-from strata.cluster.znodes import ConfigEntityChangeNotificationZNode, ConfigEntityZNode, ConfigType, ZNodeDecodeError
+from strata.cluster.entity_configs import EntityConfigConflictError, wait_for_version, write_entity_config
+from strata.cluster.zk import AsyncZk, ZnodeStat
+from strata.cluster.znodes import ConfigEntityZNode, ConfigType, ZNodeDecodeError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ENTITY = ""  # the cluster-wide defaults, as the BROKER resource names them
 
 
-class BrokerConfigConflictError(Exception):
-    """The entity's znode changed since it was read: read it again and retry the change."""
+# The entity's znode changed since it was read: read it again and retry the change.
+BrokerConfigConflictError = EntityConfigConflictError
 
 
 def broker_config_path(entity: str) -> str:
@@ -98,32 +99,11 @@ class BrokerConfigZk:
         return _decode(path, got[0]), got[1].version
 
     async def write(self, entity: str, config: dict[str, str], expected_version: int) -> int:
-        """``changeBrokerConfig``: the znode (only if it is still at ``expected_version``; -1: it must not
-        exist yet), then a change notification. Returns the new version; raises BrokerConfigConflictError."""
-        path = broker_config_path(entity)
-        data = ConfigEntityZNode.encode(config)
-        try:
-            if expected_version < 0:
-                await self.zk.create(path, data, makepath=True)
-                version = 0
-            else:
-                version = (await self.zk.set(path, data, expected_version)).version
-        except (ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError):
-            raise BrokerConfigConflictError(f"{path} changed meanwhile") from None
-        entity_path = ConfigEntityChangeNotificationZNode.entity_path(ConfigType.BROKER, _znode_name(entity))
-        try:
-            await self.zk.create(ConfigEntityChangeNotificationZNode.CREATE_PATH,
-                                 ConfigEntityChangeNotificationZNode.encode(entity_path), sequence=True, makepath=True)
-        except Exception as e:  # noqa: BLE001 - the config is written; watchers see it without the notification
-            log.warning("could not write the config change notification for %s: %s", entity_path, e)
-        return version
+        """``changeBrokerConfig``: see :func:`strata.cluster.entity_configs.write_entity_config`; raises
+        BrokerConfigConflictError."""
+        return await write_entity_config(self.zk, ConfigType.BROKER, _znode_name(entity), config, expected_version)
 
     async def wait_for(self, entity: str, version: int, timeout_s: float) -> bool:
         """Wait until the watch has delivered ``version`` (or a later one) of the entity."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.versions.get(entity, -1) < version:
-            if loop.time() >= deadline:
-                return False
-            await asyncio.sleep(0.01)
-        return True
+        return await wait_for_version(self.versions, entity, version, timeout_s)
+

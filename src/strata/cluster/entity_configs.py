@@ -27,7 +27,11 @@ class EntityConfigConflictError(Exception):
 
 
 class EntityConfigsZk:
-    """The mirror of ``/config/<entity_type>``: ``configs[name]`` is each entity's config."""
+    """The mirror of ``/config/<entity_type>``: ``configs[name]`` is each entity's config.
+
+    Names are the znode names below the root, sanitized as Kafka writes them: ``alice``, ``<default>``,
+    and for users with a client-id ``alice/clients/app`` (``/config/users/alice/clients/app``, a quota
+    entity of its own)."""
 
     def __init__(self, zk: AsyncZk, entity_type: str = ConfigType.USER) -> None:
         self.zk = zk
@@ -57,8 +61,9 @@ class EntityConfigsZk:
         if kind == "lost" or path == self.root or not path.startswith(self.root + "/"):
             return
         name = path[len(self.root) + 1:]
-        if "/" in name:  # /config/users/<user>/clients/<id>: a user+client quota entity, not a user
-            return
+        parts = name.split("/")
+        if len(parts) == 2 or len(parts) > 3 or (len(parts) == 3 and parts[1] != "clients"):
+            return  # /config/users/<user>/clients itself holds nothing; <user>/clients/<id> is an entity
         if kind == "removed":
             self.configs.pop(name, None)
             self.versions.pop(name, None)
@@ -86,32 +91,59 @@ class EntityConfigsZk:
             return {}, got[1].version
 
     async def write(self, name: str, config: dict[str, str], expected_version: int) -> int:
-        """``AdminZkClient.changeConfigs``: the znode if still at ``expected_version`` (-1: must not exist), then
-        a change notification. Returns the new version; raises EntityConfigConflictError."""
-        path = ConfigEntityZNode.path(self.entity_type, name)
-        data = ConfigEntityZNode.encode(config)
-        try:
-            if expected_version < 0:
-                await self.zk.create(path, data, makepath=True)
-                version = 0
-            else:
-                version = (await self.zk.set(path, data, expected_version)).version
-        except (ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError):
-            raise EntityConfigConflictError(f"{path} changed meanwhile") from None
-        entity_path = ConfigEntityChangeNotificationZNode.entity_path(self.entity_type, name)
-        try:
-            await self.zk.create(ConfigEntityChangeNotificationZNode.CREATE_PATH,
-                                 ConfigEntityChangeNotificationZNode.encode(entity_path), sequence=True, makepath=True)
-        except Exception as e:  # noqa: BLE001 - the config is written; mirrors see it without the notification
-            log.warning("could not write the config change notification for %s: %s", entity_path, e)
-        return version
+        """``AdminZkClient.changeConfigs``: see :func:`write_entity_config`."""
+        return await write_entity_config(self.zk, self.entity_type, name, config, expected_version)
 
     async def wait_for(self, name: str, version: int, timeout_s: float) -> bool:
         """Wait until this broker's mirror has ``version`` (or later) of the entity."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.versions.get(name, -1) < version:
-            if loop.time() >= deadline:
-                return False
-            await asyncio.sleep(0.01)
-        return True
+        return await wait_for_version(self.versions, name, version, timeout_s)
+
+    async def update(self, name: str, edit: Callable[[dict[str, str]], dict[str, str]],
+                     attempts: int = 10) -> None:
+        """Read-modify-write of the entity's config with ``edit``, retried when another broker changed it
+        meanwhile; returns once this broker's mirror has the result (so this broker applies it at once)."""
+        for attempt in range(attempts):
+            current, version = await self.read(name)
+            try:
+                written = await self.write(name, edit(current), version)
+            except EntityConfigConflictError:
+                if attempt == attempts - 1:
+                    raise
+                continue
+            await self.wait_for(name, written, 10.0)
+            return
+
+
+async def write_entity_config(zk: AsyncZk, entity_type: str, name: str, config: dict[str, str],
+                              expected_version: int) -> int:
+    """An entity's config znode (only if still at ``expected_version``; -1: it must not exist yet), then a
+    ``/config/changes`` notification for Kafka's tools. Returns the new version; EntityConfigConflictError
+    when the znode changed meanwhile (read it again and retry)."""
+    path = ConfigEntityZNode.path(entity_type, name)
+    data = ConfigEntityZNode.encode(config)
+    try:
+        if expected_version < 0:
+            await zk.create(path, data, makepath=True)
+            version = 0
+        else:
+            version = (await zk.set(path, data, expected_version)).version
+    except (ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError):
+        raise EntityConfigConflictError(f"{path} changed meanwhile") from None
+    entity_path = ConfigEntityChangeNotificationZNode.entity_path(entity_type, name)
+    try:
+        await zk.create(ConfigEntityChangeNotificationZNode.CREATE_PATH,
+                        ConfigEntityChangeNotificationZNode.encode(entity_path), sequence=True, makepath=True)
+    except Exception as e:  # noqa: BLE001 - the config is written; mirrors see it without the notification
+        log.warning("could not write the config change notification for %s: %s", entity_path, e)
+    return version
+
+
+async def wait_for_version(versions: dict[str, int], name: str, version: int, timeout_s: float) -> bool:
+    """Wait until a mirror's ``versions[name]`` reaches ``version`` (False after ``timeout_s``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while versions.get(name, -1) < version:
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

@@ -19,11 +19,12 @@ from typing import Any
 
 from strata.config.cleaner_config import CLEANER_KEYS, CLEANER_TOPIC_DEFAULTS, CleanerConfig
 from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
-from strata.config.defs import ConfigDef, ConfigKey, at_least, list_of, one_of, parse_properties
+from strata.config.defs import ConfigDef, ConfigKey, at_least, between, list_of, one_of, parse_properties
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
 from strata.config.security_config import (
     LISTENER_PREFIX,
+    METRICS_SSL_KEYS,
     SECURITY_KEYS,
     ListenerConfig,
     SslConfig,
@@ -96,6 +97,10 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("metrics.port", "int", -1, at_least(-1),
               "Port of the HTTP endpoint serving /metrics (Prometheus) and /v1/tiers; -1 disables, 0 picks one"),
     ConfigKey("metrics.host", "string", "127.0.0.1", None, "Address the metrics endpoint binds"),
+    *METRICS_SSL_KEYS,  # metrics.ssl.enabled and the endpoint's metrics.ssl.* keystore/truststore
+    ConfigKey("quota.window.num", "int", 11, at_least(1),
+              "The number of samples client quota rates (produce, fetch, request time) are measured over"),
+    ConfigKey("quota.window.size.seconds", "int", 1, at_least(1), "The time span of each client quota sample"),
     *REMOTE_LOG_KEYS,
     *CLUSTER_KEYS,
     *TRANSACTION_KEYS,
@@ -144,14 +149,17 @@ class BrokerConfig:
     log_initial_task_delay_ms: int
     metrics_port: int
     metrics_host: str
+    metrics_ssl: SslConfig | None  # None: plain HTTP (metrics.ssl.enabled=false)
     remote: RemoteLogManagerConfig
     cluster: ClusterConfig
     transactions: TransactionConfig
     log_config: LogConfig
-    raw: Mapping[str, str]
+    raw: Mapping[str, str] = field(repr=False)  # holds passwords: never in a printed config
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     connections_max_reauth_ms: int = 0
     connection_failed_authentication_delay_ms: int = 100
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     # Dynamic broker configs (strata.broker.dynamic_config): what AlterConfigs stored for this broker
     # (resource "1") and cluster-wide (resource ""), as strings. ``raw`` stays the static config; only a
     # broker that can change them at run time (``dynamic_configs_enabled``) reports dynamic keys as writable.
@@ -201,12 +209,15 @@ class BrokerConfig:
             log_initial_task_delay_ms=p["log.initial.task.delay.ms"],
             metrics_port=p["metrics.port"],
             metrics_host=p["metrics.host"],
+            metrics_ssl=SslConfig.for_metrics(props),
             remote=RemoteLogManagerConfig.from_parsed(p, props),
             cluster=ClusterConfig.from_parsed(p),
             transactions=TransactionConfig.from_parsed(p),
             cleaner=CleanerConfig.from_parsed(p),
             connections_max_reauth_ms=p["connections.max.reauth.ms"],
             connection_failed_authentication_delay_ms=p["connection.failed.authentication.delay.ms"],
+            quota_window_num=p["quota.window.num"],
+            quota_window_size_seconds=p["quota.window.size.seconds"],
             log_config=_default_log_config(p, remote_system_enabled=p["remote.log.storage.system.enable"]),
             raw={k: str(v) for k, v in props.items()},
         )
@@ -388,9 +399,16 @@ DYNAMIC_CLEANER_CONFIGS = frozenset({
 DYNAMIC_THREAD_POOL_CONFIGS = frozenset({
     "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir", "background.threads"})
 # DynamicListenerConfig.ReconfigurableConfigs without its SSL and SASL keys (Strata has neither)
+# the SASL client-login keys of DynamicListenerConfig.ReconfigurableConfigs (Kerberos and OAUTHBEARER logins,
+# which Strata has not): accepted and stored like Kafka, with no effect
+DYNAMIC_SASL_LOGIN_CONFIGS = frozenset({
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds"})
 DYNAMIC_LISTENER_CONFIGS = frozenset({
     "listeners", "listener.security.protocol.map", "max.connections", "max.connection.creation.rate",
-    "num.network.threads"})
+    "num.network.threads"}) | DYNAMIC_SASL_LOGIN_CONFIGS
 # SocketServer.ReconfigurableConfigs
 DYNAMIC_SOCKET_SERVER_CONFIGS = frozenset({
     "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections", "max.connection.creation.rate"})
@@ -458,8 +476,15 @@ DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
     ConfigKey("max.connections.per.ip", "int", MAX_INT, at_least(0), _NO_EFFECT),
     ConfigKey("max.connections.per.ip.overrides", "string", "", None, _NO_EFFECT),
     ConfigKey("metric.reporters", "list", [], None, _NO_EFFECT),
-    ConfigKey("remote.log.manager.copy.max.bytes.per.second", "long", MAX_LONG, at_least(1), _NO_EFFECT),
-    ConfigKey("remote.log.manager.fetch.max.bytes.per.second", "long", MAX_LONG, at_least(1), _NO_EFFECT),
+    ConfigKey("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit", None, _NO_EFFECT),
+    ConfigKey("sasl.kerberos.ticket.renew.window.factor", "double", 0.8, None, _NO_EFFECT),
+    ConfigKey("sasl.kerberos.ticket.renew.jitter", "double", 0.05, None, _NO_EFFECT),
+    ConfigKey("sasl.kerberos.min.time.before.relogin", "long", 60_000, None, _NO_EFFECT),
+    ConfigKey("sasl.kerberos.principal.to.local.rules", "list", ["DEFAULT"], None, _NO_EFFECT),
+    ConfigKey("sasl.login.refresh.window.factor", "double", 0.8, between(0.5, 1.0), _NO_EFFECT),
+    ConfigKey("sasl.login.refresh.window.jitter", "double", 0.05, between(0.0, 0.25), _NO_EFFECT),
+    ConfigKey("sasl.login.refresh.min.period.seconds", "int", 60, between(0, 900), _NO_EFFECT),
+    ConfigKey("sasl.login.refresh.buffer.seconds", "int", 300, between(0, 3600), _NO_EFFECT),
     ConfigKey("leader.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),
     ConfigKey("follower.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),
     ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", MAX_LONG, at_least(0), _NO_EFFECT),

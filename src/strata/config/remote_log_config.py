@@ -10,7 +10,7 @@ pace the retries of a failed copy (exponential backoff with jitter).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,21 @@ REMOTE_LOG_KEYS = [
     ConfigKey("remote.log.manager.task.retry.backoff.max.ms", "long", 30_000, at_least(1),
               "Largest backoff after repeated copy failures"),
     ConfigKey("remote.log.manager.task.retry.jitter", "double", 0.2, between(0.0, 0.5), "Backoff jitter"),
+    ConfigKey("remote.log.manager.copy.max.bytes.per.second", "long", MAX_LONG, at_least(1),
+              "Bytes per second all partitions together may copy to remote storage (KIP-956): a copy task waits "
+              "before its next segment while the rate is over it; dynamic"),
+    ConfigKey("remote.log.manager.copy.quota.window.num", "int", 11, at_least(1),
+              "Samples kept for the remote copy quota (10 whole windows + the current one)"),
+    ConfigKey("remote.log.manager.copy.quota.window.size.seconds", "int", 1, at_least(1),
+              "Time span of each sample of the remote copy quota"),
+    ConfigKey("remote.log.manager.fetch.max.bytes.per.second", "long", MAX_LONG, at_least(1),
+              "Bytes per second all consumers together may read from remote storage (KIP-956): while the rate is "
+              "over it a fetch does not read the remote tier (no records, no error; the client fetches again); "
+              "dynamic"),
+    ConfigKey("remote.log.manager.fetch.quota.window.num", "int", 11, at_least(1),
+              "Samples kept for the remote fetch quota (10 whole windows + the current one)"),
+    ConfigKey("remote.log.manager.fetch.quota.window.size.seconds", "int", 1, at_least(1),
+              "Time span of each sample of the remote fetch quota"),
     ConfigKey("remote.log.reader.threads", "int", 10, at_least(1), "Threads serving reads from the remote tier"),
     ConfigKey("remote.log.reader.max.pending.tasks", "int", 100, at_least(1),
               "Queued remote reads beyond which a fetch gets an error at once"),
@@ -92,9 +107,16 @@ class RemoteLogManagerConfig:
     reader_prefetch_window_bytes: int
     fetch_max_wait_ms: int
     list_offsets_timeout_ms: int
-    rsm_props: Mapping[str, str]
-    rlmm_props: Mapping[str, str]
+    rsm_props: Mapping[str, str] = field(repr=False)  # S3 credentials: never in a printed config
+    rlmm_props: Mapping[str, str] = field(repr=False)
     reader_corrupt_segment_action: str = "fail"
+    # KIP-956 quotas (bytes per second; MAX_LONG: none) and their rate windows
+    copy_max_bytes_per_second: int = MAX_LONG
+    copy_quota_window_num: int = 11
+    copy_quota_window_size_seconds: int = 1
+    fetch_max_bytes_per_second: int = MAX_LONG
+    fetch_quota_window_num: int = 11
+    fetch_quota_window_size_seconds: int = 1
 
     @classmethod
     def from_parsed(cls, p: Mapping[str, Any], raw: Mapping[str, object]) -> RemoteLogManagerConfig:
@@ -125,6 +147,12 @@ class RemoteLogManagerConfig:
             rsm_props={k[len(rsm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rsm_prefix)},
             rlmm_props={k[len(rlmm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rlmm_prefix)},
             reader_corrupt_segment_action=p["remote.log.reader.corrupt.segment.action"],
+            copy_max_bytes_per_second=p["remote.log.manager.copy.max.bytes.per.second"],
+            copy_quota_window_num=p["remote.log.manager.copy.quota.window.num"],
+            copy_quota_window_size_seconds=p["remote.log.manager.copy.quota.window.size.seconds"],
+            fetch_max_bytes_per_second=p["remote.log.manager.fetch.max.bytes.per.second"],
+            fetch_quota_window_num=p["remote.log.manager.fetch.quota.window.num"],
+            fetch_quota_window_size_seconds=p["remote.log.manager.fetch.quota.window.size.seconds"],
         )
 
     def rsm_configs(self, broker_id: int, first_log_dir: Path) -> dict[str, Any]:

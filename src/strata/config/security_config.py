@@ -10,6 +10,7 @@ JAAS configs) are marked so DescribeConfigs and logs never show them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,22 @@ AUTHORIZER_KEYS = [
               "A resource no ACL mentions is open to everyone (default: closed)"),
 ]
 
+# The metrics endpoint (metrics.port) over HTTPS: the server-side ssl.* keys of a TLS listener under
+# ``metrics.``. Nothing is inherited from the unprefixed ssl.* keys: the endpoint's TLS is set on its own.
+METRICS_PREFIX = "metrics."
+METRICS_SSL_ENABLED = "metrics.ssl.enabled"
+_METRICS_SSL_BASES = frozenset({
+    "ssl.protocol", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.keystore.type", "ssl.keystore.location",
+    "ssl.keystore.password", "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.key.password",
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.client.auth"})
+METRICS_SSL_KEYS = [
+    ConfigKey(METRICS_SSL_ENABLED, "bool", False, None,
+              "Serve /metrics and /v1/tiers over HTTPS with the metrics.ssl.* keystore (and truststore)"),
+    *(ConfigKey(METRICS_PREFIX + k.name, k.type, k.default, k.validator, f"Metrics endpoint: {k.doc}")
+      for k in SSL_KEYS if k.name in _METRICS_SSL_BASES),
+]
+
 SECURITY_KEYS = [
     ConfigKey("listener.security.protocol.map", "list",
               [f"{k}:{v}" for k, v in DEFAULT_PROTOCOL_MAP.items()], None,
@@ -97,18 +114,43 @@ SECURITY_KEYS = [
 ]
 
 _SSL_DEF = ConfigDef(SSL_KEYS)
+_SSL_DEF_METRICS = ConfigDef(METRICS_SSL_KEYS[:1])
+_SSL_KEY_NAMES = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(n) for n in sorted(_METRICS_SSL_BASES, key=len,
+                                                                                      reverse=True)) + r")(?![\w-])")
+
+
+def metrics_key_names(message: str) -> str:
+    """A TLS config error about ``ssl.keystore.location`` ... reworded for the metrics endpoint's keys."""
+    return _SSL_KEY_NAMES.sub(lambda m: METRICS_PREFIX + m.group(1), message)
+
+
 SECRET_TYPES = frozenset({"password"})
 
 
 def secret_keys() -> frozenset[str]:
     """Names whose values are never shown (DescribeConfigs answers null with is_sensitive)."""
-    return frozenset(k.name for k in SECURITY_KEYS if k.type in SECRET_TYPES)
+    return frozenset(k.name for k in (*SECURITY_KEYS, *METRICS_SSL_KEYS) if k.type in SECRET_TYPES)
 
 
 def is_sensitive(name: str) -> bool:
     """A listener-prefixed key is as secret as its unprefixed name; any ``sasl.jaas.config`` is."""
     base = strip_listener_prefix(name)[1]
     return base in secret_keys() or base.endswith("sasl.jaas.config")
+
+
+HIDDEN = "[hidden]"
+
+
+def redacted(props: Mapping[str, Any]) -> dict[str, Any]:
+    """``props`` fit for a log line: the value of every sensitive key (:func:`is_sensitive`) replaced."""
+    out: dict[str, Any] = {}
+    for name, value in props.items():
+        try:
+            secret = is_sensitive(name)
+        except InvalidConfigError:  # a malformed listener.name.* key: hide rather than guess
+            secret = True
+        out[name] = HIDDEN if secret and value is not None else value
+    return out
 
 
 def strip_listener_prefix(name: str) -> tuple[str | None, str]:
@@ -155,9 +197,38 @@ class SslConfig:
     allow_san_changes: bool = False
 
     @classmethod
-    def for_listener(cls, props: Mapping[str, Any], listener: str | None) -> SslConfig:
-        """The ``ssl.*`` keys of ``props`` with ``listener.name.<listener>.ssl.*`` over them, validated."""
+    def for_listener(cls, props: Mapping[str, Any], listener: str | None, protocol: str = "SSL") -> SslConfig:
+        """The ``ssl.*`` keys of ``props`` with ``listener.name.<listener>.ssl.*`` over them, validated.
+
+        On a SASL_SSL listener the broker-wide ``ssl.client.auth`` does not count, only the listener's own
+        (Kafka's ``ChannelBuilders``: SASL authenticates the client; a certificate is asked for there only
+        when that listener says so)."""
         raw = {k.name: v for k in SSL_KEYS if (v := listener_value(props, listener, k.name)) is not None}
+        if protocol == "SASL_SSL" and listener is not None:
+            raw.pop("ssl.client.auth", None)
+            own = props.get(f"{LISTENER_PREFIX}{listener.lower()}.ssl.client.auth")
+            if own is not None:
+                raw["ssl.client.auth"] = own
+        return cls._from_ssl_props(raw)
+
+    @classmethod
+    def for_metrics(cls, props: Mapping[str, Any]) -> SslConfig | None:
+        """The metrics endpoint's TLS settings (``metrics.ssl.*``), None unless ``metrics.ssl.enabled=true``.
+
+        Only the ``metrics.``-prefixed keys count (no fallback to the broker-wide ``ssl.*`` ones); the
+        keystore files are read when the endpoint starts (``ssl_factory.metrics_server_context``)."""
+        given = {k: v for k, v in props.items() if k == METRICS_SSL_ENABLED and v is not None}
+        if not _SSL_DEF_METRICS.parse(given)[METRICS_SSL_ENABLED]:
+            return None
+        raw = {k.name: v for k in SSL_KEYS
+               if k.name in _METRICS_SSL_BASES and (v := props.get(METRICS_PREFIX + k.name)) is not None}
+        try:
+            return cls._from_ssl_props(raw)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(metrics_key_names(str(e))) from None
+
+    @classmethod
+    def _from_ssl_props(cls, raw: Mapping[str, Any]) -> SslConfig:
         p = _SSL_DEF.parse(raw)
         return cls(
             protocol=p["ssl.protocol"],
@@ -258,7 +329,7 @@ def parse_listeners(props: Mapping[str, Any], listeners: list[str], advertised: 
     for name, (host, port) in bound.items():
         proto = protocol_map[name]
         a_host, a_port = adv.get(name, (host if host not in ("0.0.0.0", "::") else "127.0.0.1", port))
-        ssl = SslConfig.for_listener(props, name) if proto in ("SSL", "SASL_SSL") else None
+        ssl = SslConfig.for_listener(props, name, proto) if proto in ("SSL", "SASL_SSL") else None
         mechs: tuple[str, ...] = ()
         if proto in ("SASL_PLAINTEXT", "SASL_SSL"):
             mechs = tuple(listener_value(props, name, "sasl.enabled.mechanisms") and

@@ -302,6 +302,12 @@ class ResourcePatternFilter:
             return "Resource pattern type is UNKNOWN."
         return None
 
+    def __str__(self) -> str:
+        """Kafka's ``ResourcePatternFilter.toString`` (which kafka-acls prints), ``<any>`` for a null name."""
+        return (f"ResourcePattern(resourceType={ResourceType(self.resource_type).name}, "
+                f"name={'<any>' if self.name is None else self.name}, "
+                f"patternType={PatternType(self.pattern_type).name})")
+
 
 ResourcePatternFilter.ANY = ResourcePatternFilter(ResourceType.ANY, None, PatternType.ANY)  # type: ignore[attr-defined]
 

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from strata.config.security_config import SslConfig
+from strata.config.security_config import SslConfig, metrics_key_names
 from strata.errors import InvalidConfigError
 from strata.security.principal import (
     CertificateInfo,
@@ -118,6 +118,18 @@ _NOT_RECONFIGURABLE = {
 def server_context(cfg: SslConfig) -> ssl.SSLContext:
     """The context a TLS listener wraps accepted connections with."""
     return _build(cfg, server=True).context
+
+
+def metrics_server_context(cfg: SslConfig | None) -> ssl.SSLContext | None:
+    """The context of the metrics endpoint (``metrics.ssl.*``; None: plain HTTP). Built as a TLS listener's
+    is, with every problem an InvalidConfigError naming the ``metrics.ssl.*`` key at fault."""
+    if cfg is None:
+        return None
+    try:
+        return _build(cfg, server=True).context
+    except InvalidConfigError as e:
+        message = metrics_key_names(str(e)).replace("a TLS listener needs", "the HTTPS metrics endpoint needs")
+        raise InvalidConfigError(f"metrics endpoint TLS (metrics.ssl.enabled=true): {message}") from None
 
 
 def client_context(cfg: SslConfig) -> ssl.SSLContext:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from strata.spark.failover import FailoverCluster
-from strata.spark.options import SourceOptions, parse_source_options
+from strata.spark.options import SourceOptions, parse_source_options, security_of
 from strata.spark.planning import (
     BrokerSlice,
     Plan,
@@ -26,7 +26,8 @@ from strata.spark.planning import (
 def plan_batch(opts: SourceOptions, pushdown: Pushdown | None = None) -> Plan:
     if opts.latest_per_key and opts.min_partitions:  # one task per topic partition reads all its slices
         opts = replace(opts, min_partitions=None)
-    with FailoverCluster(opts.bootstrap, timeout_s=opts.timeout_s, client_id="strata-spark-driver") as cluster:
+    with FailoverCluster(opts.bootstrap, timeout_s=opts.timeout_s, client_id="strata-spark-driver",
+                         security=security_of(opts.security)) as cluster:
         topics = resolve_topics(cluster, opts)
         ranges = apply_pushdown(cluster, opts, partition_ranges(cluster, opts, topics), pushdown)
         return plan_read(cluster, opts, ranges)

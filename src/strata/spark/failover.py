@@ -32,7 +32,8 @@ from strata.client.cluster import (
     KafkaClientError,
     KafkaCluster,
 )
-from strata.client.wire import WireError
+from strata.client.security import ClientSecurity
+from strata.client.wire import SecurityError, WireError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,10 @@ BACKOFF_MAX_S = 1.0
 
 
 def is_failover(error: BaseException) -> bool:
-    """A lost or refused connection, or an error a new leader (or a moment) resolves."""
+    """A lost or refused connection, or an error a new leader (or a moment) resolves. A TLS or SASL
+    refusal (:class:`SecurityError`: an untrusted certificate, a wrong password) is not one."""
+    if isinstance(error, SecurityError):
+        return False
     if isinstance(error, WireError):
         return True
     return isinstance(error, KafkaClientError) and error.code in FAILOVER_CODES
@@ -63,8 +67,8 @@ class FailoverCluster(KafkaCluster):
     """:class:`KafkaCluster` whose requests are retried on the current leader until ``timeout_s``."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "strata-spark",
-                 known_brokers: Iterable[str] = ()) -> None:
-        super().__init__(bootstrap, timeout_s=timeout_s, client_id=client_id)
+                 known_brokers: Iterable[str] = (), security: ClientSecurity | None = None) -> None:
+        super().__init__(bootstrap, timeout_s=timeout_s, client_id=client_id, security=security)
         self._add_bootstrap(known_brokers)
         self._retrying = False
         self.retries = 0  # requests retried after a failover error (for logs and tests)
@@ -143,6 +147,8 @@ class FailoverCluster(KafkaCluster):
             for node in brokers:
                 try:
                     return KafkaCluster.broker_configs(self, node)
+                except SecurityError:
+                    raise
                 except WireError as e:  # down, not yet unregistered: ask the next one
                     errors.append(f"broker {node}: {e}")
             raise WireError("; ".join(errors) or "no broker in the cluster metadata")

@@ -6,6 +6,12 @@ so the option names, their defaults and their errors follow Spark's Kafka source
 ``startingTimestamp`` > ``startingOffsetsByTimestamp`` > ``startingOffsets`` (the same for the
 end); JSON offsets name every partition, with -2 for earliest and -1 for latest. The parsed
 options are a frozen dataclass: it is pickled into every input partition.
+
+On a secured cluster the ``kafka.security.protocol``, ``kafka.sasl.*`` and ``kafka.ssl.*`` options are the
+Kafka client's (``sasl.jaas.config``, ``ssl.truststore.location``...; librdkafka's ``sasl.username``,
+``ssl.ca.location``... work too): the driver's and the executors' connections use them, and the sink's
+producer gets them in librdkafka's names. They are kept in a :class:`MaskedProperties`, whose ``repr``
+hides passwords and JAAS configs.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from strata.client.security import ClientSecurity, MaskedProperties, client_security, security_properties
+from strata.errors import InvalidConfigError
 
 EARLIEST = -2
 LATEST = -1
@@ -65,6 +74,25 @@ class SourceOptions:
     rsm_class: str | None = None
     rsm_props: Mapping[str, str] = field(default_factory=dict)
     latest_per_key: bool = False  # Strata's: the table a compacted topic represents (batch reads only)
+    security: MaskedProperties = MaskedProperties()  # kafka.security.protocol, kafka.sasl.*, kafka.ssl.*
+
+
+def kafka_security(opts: Mapping[str, str]) -> MaskedProperties:
+    """The ``kafka.security.*``, ``kafka.sasl.*`` and ``kafka.ssl.*`` options without the prefix, checked."""
+    props = security_properties({k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")})
+    security_of(props)
+    return props
+
+
+def security_of(props: Mapping[str, str]) -> ClientSecurity | None:
+    """The connection settings of ``kafka.*`` security options (None: plaintext); StrataOptionError naming
+    what is wrong (never a password)."""
+    if not props:
+        return None
+    try:
+        return client_security(props)
+    except InvalidConfigError as e:
+        raise StrataOptionError(f"invalid Kafka security option: {e} (options prefixed 'kafka.')") from None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -224,6 +252,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool = False)
         rsm_class=rsm_class,
         rsm_props=rsm_props,
         latest_per_key=latest_per_key,
+        security=kafka_security(opts),
     )
 
 
@@ -232,7 +261,7 @@ class SinkOptions:
     bootstrap: str
     topic: str | None
     include_headers: bool
-    producer_config: Mapping[str, str]
+    producer_config: Mapping[str, str]  # a MaskedProperties: its repr hides passwords
     # Exactly-once (``transactional=true``): one Kafka transaction per task, transactional.id
     # ``<prefix>-<Spark partition id>``, progress markers keyed by partition 0 of ``marker_topic``.
     transactional: bool = False
@@ -253,7 +282,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if not bootstrap:
         raise StrataOptionError("option 'kafka.bootstrap.servers' must be specified for configuring the Kafka "
                                 "producer")
-    producer = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+    producer = MaskedProperties({k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")})
     topic = opts.get("topic", "").strip() or None  # the option overrides a ``topic`` column, as in Spark
     transactional = _bool(opts, "transactional", False)
     prefix = opts.get("transactional.id.prefix", "").strip() or None

@@ -32,6 +32,7 @@ from strata.client.cluster import EARLIEST as EARLIEST_QUERY
 from strata.client.cluster import LATEST as LATEST_QUERY
 from strata.client.cluster import OFFSET_OUT_OF_RANGE, KafkaCluster, TopicInfo
 from strata.client.remote_metadata import RemoteLogMetadataReader
+from strata.client.security import MaskedProperties
 from strata.spark.options import EARLIEST, LATEST, RSM_CLASS_KEY, RSM_PREFIX, OffsetSpec, SourceOptions
 from strata.spark.remote import OffsetIndexView, aborted_transactions, open_rsm, read_index
 from strata.tiered.api import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
@@ -65,6 +66,7 @@ class ReadSettings:
     rsm_class: str | None = None
     rsm_props: tuple[tuple[str, str], ...] = ()
     brokers: tuple[str, ...] = ()  # every broker the planner knew: where executors look when bootstrap is down
+    security: MaskedProperties = MaskedProperties()  # the kafka.* security options (repr hides passwords)
 
 
 @dataclass(frozen=True)
@@ -369,7 +371,8 @@ def plan_read(cluster: KafkaCluster, opts: SourceOptions, ranges: Mapping[TopicP
     settings = ReadSettings(opts.bootstrap, opts.include_headers, opts.fail_on_data_loss, opts.isolation_level,
                             opts.fetch_max_bytes, opts.timeout_s, rsm_class,
                             tuple(sorted((str(k), str(v)) for k, v in rsm_props.items())),
-                            tuple(sorted(f"{host}:{port}" for host, port in cluster.metadata_cache.brokers.values())))
+                            tuple(sorted(f"{host}:{port}" for host, port in cluster.metadata_cache.brokers.values())),
+                            opts.security)
     plan = Plan(ranges=dict(ranges))
     wanted = {k: r for k, r in ranges.items() if r.start < r.end}
     chains: dict[TopicPartitionKey, list[RemoteLogSegmentMetadata]] = {}

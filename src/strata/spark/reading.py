@@ -25,6 +25,7 @@ from typing import Any
 from strata.client.cluster import EARLIEST, EARLIEST_LOCAL, LATEST, OFFSET_OUT_OF_RANGE, FetchedPartition
 from strata.spark.columnar import AbortedTxn, ColumnarDecoder, decode_batches
 from strata.spark.failover import FAILOVER_CODES, FailoverCluster
+from strata.spark.options import security_of
 from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, StrataDataLossError
 from strata.spark.remote import OffsetIndexView, open_rsm, read_index
 from strata.tiered.api import IndexType, RemoteResourceNotFoundError
@@ -107,7 +108,7 @@ def read_broker(s: BrokerSlice) -> Iterator[Any]:
     empty = 0
     deadline = time.monotonic() + st.timeout_s
     cluster = FailoverCluster(st.bootstrap, timeout_s=st.timeout_s, client_id="strata-spark",
-                              known_brokers=st.brokers)
+                              known_brokers=st.brokers, security=security_of(st.security))
     with cluster:
         while offset < s.end_offset:
             fetched = cluster.fetch(s.topic, s.partition, offset, max_bytes=st.fetch_max_bytes,

@@ -25,7 +25,9 @@ task writes its Arrow batches column by column through one confluent-kafka (libr
 ``Producer``: idempotent, ``acks=all``, and keyed records land in the partition the Java client
 (Spark's Kafka sink) would choose (``murmur2_random``). Every ``kafka.*`` option goes to the
 producer without its prefix (librdkafka's property names; most match the Java client's), after
-these defaults, and is checked on the driver too. A task succeeds only when every record it
+these defaults, and is checked on the driver too; the Kafka Java client's security options
+(``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location``...) are translated to librdkafka's
+(:func:`strata.client.security.librdkafka_config`). A task succeeds only when every record it
 produced was acknowledged; otherwise it fails with the first delivery error, and Spark retries it.
 Like Spark's Kafka sink this is at-least-once: a retried task or micro-batch writes its records
 again.
@@ -40,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from itertools import repeat
@@ -49,6 +51,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
+from strata.client.security import librdkafka_config
+from strata.errors import InvalidConfigError
 from strata.spark.options import SinkOptions, StrataOptionError, parse_sink_options
 
 __all__ = [
@@ -164,7 +168,7 @@ def producer_config(options: SinkOptions) -> dict[str, str]:
         conf["message.timeout.ms"] = str(DEFAULT_DELIVERY_TIMEOUT_MS)
     if options.transactional and "transaction.timeout.ms" not in options.producer_config:
         conf["transaction.timeout.ms"] = str(DEFAULT_TRANSACTION_TIMEOUT_MS)
-    conf.update(options.producer_config)
+    conf.update(librdkafka_options(options.producer_config))
     if options.transactional and "message.timeout.ms" in conf and not any(k in options.producer_config
                                                                            for k in _TIMEOUT_KEYS):
         try:
@@ -175,6 +179,15 @@ def producer_config(options: SinkOptions) -> dict[str, str]:
             conf["message.timeout.ms"] = str(within)
     conf["bootstrap.servers"] = options.bootstrap
     return conf
+
+
+def librdkafka_options(producer_options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options (without the prefix) in librdkafka's names: the Java client's security keys
+    translated; StrataOptionError naming what is wrong with them (never a password)."""
+    try:
+        return librdkafka_config(producer_options)
+    except InvalidConfigError as e:
+        raise StrataOptionError(f"invalid Kafka security option: {e} (options prefixed 'kafka.')") from None
 
 
 def _delivery_timeout_s(conf: dict[str, str]) -> float:

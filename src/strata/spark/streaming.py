@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from strata.spark.options import SourceOptions, parse_source_options
+from strata.spark.options import SourceOptions, parse_source_options, security_of
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from strata.spark.failover import FailoverCluster
 
             cluster = FailoverCluster(self.opts.bootstrap, timeout_s=self.opts.timeout_s,
-                                      client_id="strata-spark-stream")
+                                      client_id="strata-spark-stream", security=security_of(self.opts.security))
             self._state["cluster"] = cluster
         return cluster
 

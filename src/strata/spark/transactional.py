@@ -54,7 +54,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from strata.spark.options import SinkOptions
-from strata.spark.sink import StrataWriteError, StrataWriterCommitMessage, _librdkafka_logger, _TaskWriter
+from strata.spark.sink import (
+    StrataWriteError,
+    StrataWriterCommitMessage,
+    _librdkafka_logger,
+    _TaskWriter,
+    librdkafka_options,
+)
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +153,8 @@ def _consumer(options: SinkOptions, group: str) -> Any:
     """A consumer that never joins: group metadata for the producer, and OffsetFetch (require_stable)."""
     from confluent_kafka import Consumer
 
-    conf = {k: v for k, v in options.producer_config.items() if k.startswith(_SHARED_PREFIXES)}
+    conf: dict[str, Any] = {k: v for k, v in librdkafka_options(options.producer_config).items()
+                            if k.startswith(_SHARED_PREFIXES)}
     conf.update({"bootstrap.servers": options.bootstrap, "group.id": group, "isolation.level": "read_committed",
                  "enable.auto.commit": False, "logger": _librdkafka_logger()})
     return Consumer(conf)

@@ -11,6 +11,12 @@ expiration run (never sooner than the interval). A store that is down shows as a
 the copy-lag gauges are recorded every interval by a task of their own (also while the copy task backs
 off or waits on a hung upload), and a rate-limited WARNING names the partition, the pending segments and
 bytes and the last error.
+
+KIP-956 quotas (Kafka 3.9's ``RLMQuotaManager``s, one per direction for the whole broker, changed live by
+``update_copy_quota``/``update_fetch_quota``): a copy task waits before each segment while
+``remote.log.manager.copy.max.bytes.per.second`` is exceeded, then records the segment's size; the Fetch
+handler asks ``is_remote_log_fetch_quota_exceeded`` before reading the remote tier, and each remote read
+records the bytes it returned against ``remote.log.manager.fetch.max.bytes.per.second``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from strata.errors import InvalidConfigError, OffsetOutOfRangeError
 from strata.log.checkpoints import epoch_entries_from_bytes
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.log.segment import TimestampAndOffset
+from strata.quota.remote import RLMQuotaManager, ThrottleTimeSensor
 from strata.tiered.api import (
     RLMM_ALIASES,
     RSM_ALIASES,
@@ -79,6 +86,7 @@ log = logging.getLogger("strata.tiered")
 T = TypeVar("T")
 S = RemoteLogSegmentState
 TASK_FAILURE_LOG_INTERVAL_S = 30.0
+QUOTA_METRICS = "kafka_server_RemoteLogManager"
 """While a partition's copy (or expiration) task keeps failing, its WARNING repeats at most this often."""
 
 
@@ -127,6 +135,39 @@ class TieredStats:
         # Strata's own, beside Kafka's names: remote segments the reader found corrupt (not yet deleted).
         self.corrupt_segments = PartitionGauge(registry, f"{BROKER_TOPIC_METRICS}_RemoteLogCorruptSegments",
                                                "Remote segments found corrupt by the reader (CRC, offsets, size).")
+        self.registry = registry
+        # KIP-956: Kafka's RLMQuotaMetrics sensors of the RemoteLogManager (kafka.server:type=RemoteLogManager)
+        self.copy_throttle = ThrottleTimeSensor()
+        self.fetch_throttle = ThrottleTimeSensor()
+        for kind, sensor in (("copy", self.copy_throttle), ("fetch", self.fetch_throttle)):
+            base = f"{QUOTA_METRICS}_remote_{kind}_throttle_time"
+            registry.gauge(f"{base}_avg", f"The average time in millis remote {kind}s was throttled by a broker.",
+                           fn=sensor.avg)
+            registry.gauge(f"{base}_max", f"The maximum time in millis remote {kind}s was throttled by a broker.",
+                           fn=sensor.max)
+        # Strata's own: a counter of the throttle time (ms), for rate() over any range
+        self.copy_throttled_ms = registry.meter(f"{QUOTA_METRICS}_remote_copy_throttle_time_ms",
+                                                "Time in millis remote copies were throttled by the copy quota.")
+        self.fetch_throttled_ms = registry.meter(f"{QUOTA_METRICS}_remote_fetch_throttle_time_ms",
+                                                 "Time in millis remote fetches were throttled by the fetch quota.")
+
+    def record_copy_throttle(self, ms: float) -> None:
+        self.copy_throttle.record(ms)
+        self.copy_throttled_ms.mark(round(ms))
+
+    def record_fetch_throttle(self, ms: float) -> None:
+        self.fetch_throttle.record(ms)
+        self.fetch_throttled_ms.mark(round(ms))
+
+    def register_quotas(self, copy: RLMQuotaManager, fetch: RLMQuotaManager) -> None:
+        """Kafka's ``byte-rate`` metric of each quota (``kafka.server:type=RLMCopy`` / ``RLMFetch``) and, Strata's
+        own, the bound it is measured against (absent while there is none)."""
+        for kind, quota in (("RLMCopy", copy), ("RLMFetch", fetch)):
+            self.registry.gauge(f"kafka_server_{kind}_byte_rate", f"Tracking {kind[3:].lower()} byte-rate for "
+                                "Remote Log Manager (bytes per second over the quota windows).", fn=quota.measure)
+            self.registry.gauge(f"kafka_server_{kind}_quota_bytes_per_second",
+                                f"The remote {kind[3:].lower()} quota in bytes per second (absent: none).",
+                                fn=lambda q=quota: None if q.unbounded else q.quota)
 
     def mark(self, name: str, topic: str, n: int = 1) -> None:
         getattr(self.topics, name).mark(topic, n)
@@ -174,6 +215,14 @@ class RemoteLogManager:
         self._background: set[asyncio.Task[Any]] = set()
         self._scratch = log_dir / "remote-log-scratch"
         self._closed = False
+        # KIP-956: one copy and one fetch quota for the whole broker (Kafka's rlmCopy/FetchQuotaManager)
+        self.copy_quota = RLMQuotaManager(config.copy_max_bytes_per_second, config.copy_quota_window_num,
+                                          config.copy_quota_window_size_seconds,
+                                          description="Tracking copy byte-rate for Remote Log Manager")
+        self.fetch_quota = RLMQuotaManager(config.fetch_max_bytes_per_second, config.fetch_quota_window_num,
+                                           config.fetch_quota_window_size_seconds,
+                                           description="Tracking fetch byte-rate for Remote Log Manager")
+        self.stats.register_quotas(self.copy_quota, self.fetch_quota)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -213,6 +262,29 @@ class RemoteLogManager:
                 await loop.run_in_executor(None, plugin.close)
             except Exception:
                 log.exception("closing %s failed", type(plugin).__name__)
+
+    # -- quotas (KIP-956) ----------------------------------------------------------------------
+
+    def update_copy_quota(self, bytes_per_s: int) -> None:
+        """``remote.log.manager.copy.max.bytes.per.second`` changed: copy tasks waiting on the old bound re-check."""
+        if bytes_per_s != self.copy_quota.quota:
+            log.info("Updating remote copy quota to %d bytes per second", bytes_per_s)
+            self.copy_quota.update_quota(bytes_per_s)
+
+    def update_fetch_quota(self, bytes_per_s: int) -> None:
+        if bytes_per_s != self.fetch_quota.quota:
+            log.info("Updating remote fetch quota to %d bytes per second", bytes_per_s)
+            self.fetch_quota.update_quota(bytes_per_s)
+
+    def is_remote_log_fetch_quota_exceeded(self) -> bool:
+        """Kafka's ``ReplicaManager.readFromLog`` check before a remote read: True (and the throttle time recorded
+        in ``remote-fetch-throttle-time``) when this fetch must not read the remote tier."""
+        throttle_s = self.fetch_quota.throttle_s()
+        if throttle_s <= 0:
+            return False
+        self.stats.record_fetch_throttle(throttle_s * 1e3)
+        log.debug("not fetching from remote storage: the fetch quota is exceeded for %.0f ms", throttle_s * 1e3)
+        return True
 
     async def _run(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -547,6 +619,13 @@ class RemoteLogManager:
         for candidate in candidate_log_segments(plog, from_offset, lso):
             if self._closed or st.tp not in self._partitions or plog.config.remote_log_copy_disable:
                 return
+            # KIP-956: wait (in turn with every other partition's copy task) while the copy quota is exceeded,
+            # then count the segment against it before uploading, as Kafka's RLMCopyTask does.
+            waited = await self.copy_quota.acquire(
+                candidate.segment.size, lambda s: self.stats.record_copy_throttle(s * 1e3))
+            if waited and (self._closed or st.tp not in self._partitions or self._log_for(st.tp) is not plog
+                           or plog.config.remote_log_copy_disable or candidate.segment not in plog.segments):
+                return  # the partition changed while it waited: the next run starts over
             await self._copy_log_segment(st, plog, candidate)
 
     async def _copy_log_segment(self, st: PartitionTierState, plog: PartitionLog, candidate: CopyCandidate) -> None:
@@ -757,6 +836,7 @@ class RemoteLogManager:
         reader = self.reader
         topic = tip.topic
         stats = self.stats
+        fetch_quota = self.fetch_quota
 
         def run() -> RemoteFetchResult:
             started = time.monotonic()
@@ -769,6 +849,7 @@ class RemoteLogManager:
                 stats.mark("RemoteFetchErrorsPerSec", topic)
                 raise
             stats.mark("RemoteFetchBytesPerSec", topic, len(result.records))
+            fetch_quota.record(len(result.records))  # KIP-956: Kafka's RemoteLogReader records what it read
             stats.remote.RemoteLogReaderFetchRateAndTimeMs.update((time.monotonic() - started) * 1e3)
             if result.read_ahead_hit is not None:
                 (stats.remote.RemoteLogReaderPrefetchHitsPerSec if result.read_ahead_hit

@@ -1,11 +1,13 @@
-"""The admin requests behind ``strata topics``, ``strata configs`` and ``strata consumer-groups``.
+"""The admin requests behind ``strata topics``, ``strata configs``, ``strata consumer-groups`` and ``strata acls``.
 
 :class:`KafkaAdmin` adds Kafka's admin APIs to :class:`strata.client.cluster.KafkaCluster`, one
 request per method, each sent where Kafka's admin client sends it: topic changes to the controller,
 a BROKER resource's configs to that broker, group requests to the group's coordinator, ListGroups
-to every broker. Answers come back as small dataclasses; a broker error is an :class:`AdminError`
-carrying Kafka's error code, the broker's message and the name of the Java exception Kafka's tools
-would print. Only the Kafka protocol is used, so the tools work against any Kafka broker too.
+to every broker, client quotas, SCRAM credential descriptions and ACL requests to any broker, SCRAM
+credential changes to the controller. Answers come back as small dataclasses (ACLs as
+:mod:`strata.security.acl`'s bindings); a broker error is an :class:`AdminError` carrying Kafka's
+error code, the broker's message and the name of the Java exception Kafka's tools would print. Only
+the Kafka protocol is used, so the tools work against any Kafka broker too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,18 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from strata.client.cluster import KafkaClientError, KafkaCluster, PartitionInfo, TopicInfo
+from strata.client.security import ClientSecurity
 from strata.client.wire import WireError
+from strata.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 
 T = TypeVar("T")
 
@@ -38,6 +51,17 @@ OFFSET_FETCH, OFFSET_FETCH_V = 9, 7
 OFFSET_COMMIT, OFFSET_COMMIT_V = 8, 8
 DELETE_GROUPS, DELETE_GROUPS_V = 42, 2
 OFFSET_DELETE, OFFSET_DELETE_V = 47, 0
+DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS_V = 48, 1
+ALTER_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS_V = 49, 1
+DESCRIBE_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS_V = 50, 0
+ALTER_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS_V = 51, 0
+DESCRIBE_ACLS, DESCRIBE_ACLS_V = 29, 3
+CREATE_ACLS, CREATE_ACLS_V = 30, 3
+DELETE_ACLS, DELETE_ACLS_V = 31, 3
+
+# ClientQuotaFilterComponent match types
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+RESOURCE_NOT_FOUND = 91
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -61,6 +85,8 @@ _EXCEPTIONS: dict[int, tuple[str, str]] = {
     24: ("InvalidGroupIdException", "The configured groupId is invalid."),
     25: ("UnknownMemberIdException", "The coordinator is not aware of this member."),
     27: ("RebalanceInProgressException", "The group is rebalancing, so a rejoin is needed."),
+    31: ("ClusterAuthorizationException", "Cluster authorization failed."),
+    33: ("UnsupportedSaslMechanismException", "The broker does not support the requested SASL mechanism."),
     35: ("UnsupportedVersionException", "The version of API is not supported."),
     36: ("TopicExistsException", "Topic with this name already exists."),
     37: ("InvalidPartitionsException", "Number of partitions is below 1."),
@@ -73,10 +99,14 @@ _EXCEPTIONS: dict[int, tuple[str, str]] = {
                                     "library or the message was sent to an incompatible broker. See the broker logs "
                                     "for more details."),
     44: ("PolicyViolationException", "Request parameters do not satisfy the configured policy."),
+    54: ("SecurityDisabledException", "Security features are disabled."),
     68: ("GroupNotEmptyException", "The group is not empty."),
     69: ("GroupIdNotFoundException", "The group id does not exist."),
     73: ("TopicDeletionDisabledException", "Topic deletion is disabled."),
     86: ("GroupSubscribedToTopicException", "The consumer group is actively subscribed to the topic"),
+    91: ("ResourceNotFoundException", "A request illegally referred to a resource that does not exist."),
+    92: ("DuplicateResourceException", "A request illegally referred to the same resource twice."),
+    93: ("UnacceptableCredentialException", "Requested credential would not meet criteria for acceptability."),
 }
 RETRIABLE_GROUP = {14, 15, 16}  # coordinator loading, not available, moved
 
@@ -149,6 +179,37 @@ class ConfigEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientQuotaEntry:
+    """One DescribeClientQuotas entity: ``(entity type, name or None for the default)`` pairs, in the broker's
+    order, and its quota values."""
+
+    entity: tuple[tuple[str, str | None], ...]
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramDescription:
+    """One DescribeUserScramCredentials result: Kafka's error code (0, or 91 for an unknown user) and the
+    ``(mechanism type, iterations)`` of each credential."""
+
+    user: str
+    error_code: int
+    error_message: str | None
+    credentials: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUpsertion:
+    """What AlterUserScramCredentials carries for a new credential: never the password."""
+
+    user: str
+    mechanism: int  # the mechanism type byte: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
     protocol_type: str
@@ -196,8 +257,9 @@ def decode_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
 class KafkaAdmin(KafkaCluster):
     """Kafka's admin operations over the blocking wire client; ``timeout_s`` bounds every wait."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "strata-admin") -> None:
-        super().__init__(bootstrap, timeout_s, client_id)
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "strata-admin",
+                 security: ClientSecurity | None = None) -> None:
+        super().__init__(bootstrap, timeout_s, client_id, security)
         self.retry_s = timeout_s  # how long group requests wait for a coordinator that moves or loads
 
     def call_any(self, api_key: int, version: int, **fields: Any) -> Any:
@@ -327,6 +389,78 @@ class KafkaAdmin(KafkaCluster):
                                  f"{','.join(map(str, sorted(self.metadata_cache.brokers)))})")
         return int(name)
 
+    # -- client quotas and SCRAM credentials --
+
+    def describe_client_quotas(self, components: Sequence[tuple[str, int, str | None]],
+                               strict: bool) -> list[ClientQuotaEntry]:
+        """DescribeClientQuotas of ``(entity type, match type, match)`` filter components (any broker)."""
+        body = self.call_any(DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS_V,
+                             components=[{"entity_type": t, "match_type": m, "match": name}
+                                         for t, m, name in components], strict=strict)
+        check(body.error_code, body.error_message)
+        return [ClientQuotaEntry(tuple((e.entity_type, e.entity_name) for e in entry.entity),
+                                 {v.key: float(v.value) for v in entry.values}) for entry in body.entries or ()]
+
+    def alter_client_quotas(self, entity: Sequence[tuple[str, str | None]],
+                            ops: Sequence[tuple[str, float | None]], validate_only: bool = False) -> None:
+        """AlterClientQuotas of one entity (None names the default); a value of None removes the key."""
+        entry = {"entity": [{"entity_type": t, "entity_name": name} for t, name in entity],
+                 "ops": [{"key": k, "value": 0.0 if v is None else v, "remove": v is None} for k, v in ops]}
+        body = self.call_any(ALTER_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS_V, entries=[entry], validate_only=validate_only)
+        for e in body.entries:
+            check(e.error_code, e.error_message)
+
+    def describe_user_scram_credentials(self, users: Sequence[str] | None = None) -> list[UserScramDescription]:
+        """DescribeUserScramCredentials of the named users (every user with a credential when None or empty);
+        a top-level error raises, a user's own error is in its result."""
+        names = [{"name": u} for u in users] if users else None
+        body = self.call_any(DESCRIBE_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS_V, users=names)
+        check(body.error_code, body.error_message)
+        return [UserScramDescription(r.user, _code(r.error_code), r.error_message,
+                                     tuple((int(c.mechanism), int(c.iterations)) for c in r.credential_infos))
+                for r in body.results]
+
+    def alter_user_scram_credentials(self, deletions: Sequence[tuple[str, int]],
+                                     upsertions: Sequence[ScramUpsertion]) -> None:
+        """AlterUserScramCredentials at the controller: ``(user, mechanism type)`` deletions and upsertions; the
+        first user's error raises."""
+        body = self._call_controller(
+            ALTER_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS_V,
+            deletions=[{"name": user, "mechanism": mechanism} for user, mechanism in deletions],
+            upsertions=[{"name": u.user, "mechanism": u.mechanism, "iterations": u.iterations, "salt": u.salt,
+                         "salted_password": u.salted_password} for u in upsertions])
+        for r in body.results:
+            check(r.error_code, r.error_message)
+
+    # -- ACLs --
+
+    def describe_acls(self, binding_filter: AclBindingFilter) -> list[AclBinding]:
+        """DescribeAcls (any broker): the ACLs the filter matches."""
+        body = self.call_any(DESCRIBE_ACLS, DESCRIBE_ACLS_V, **_filter_fields(binding_filter))
+        check(body.error_code, body.error_message)
+        return [_binding(r, a) for r in body.resources for a in r.acls]
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """CreateAcls (any broker, as Kafka's admin client sends it); the first binding's error raises."""
+        body = self.call_any(CREATE_ACLS, CREATE_ACLS_V, creations=[
+            {"resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
+             "resource_pattern_type": int(b.pattern.pattern_type), "principal": b.entry.principal,
+             "host": b.entry.host, "operation": int(b.entry.operation),
+             "permission_type": int(b.entry.permission_type)} for b in bindings])
+        for r in body.results:
+            check(r.error_code, r.error_message)
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """DeleteAcls (any broker): the ACLs removed; a filter's error, or one binding's, raises."""
+        body = self.call_any(DELETE_ACLS, DELETE_ACLS_V, filters=[_filter_fields(f) for f in filters])
+        removed = []
+        for r in body.filter_results:
+            check(r.error_code, r.error_message)
+            for m in r.matching_acls:
+                check(m.error_code, m.error_message)
+                removed.append(_binding(m, m))
+        return removed
+
     # -- offsets --
 
     def offsets(self, partitions: Iterable[tuple[str, int]], spec: int) -> dict[tuple[str, int], int | None]:
@@ -452,9 +586,26 @@ class KafkaAdmin(KafkaCluster):
         return self._at_coordinator(group_id, delete)
 
 
-def connect(bootstrap: str, timeout_s: float = 30.0) -> KafkaAdmin:
+def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+    """An ACL binding filter as DescribeAcls and DeleteAcls carry it."""
+    pf, ef = f.pattern_filter, f.entry_filter
+    return {"resource_type_filter": int(pf.resource_type), "resource_name_filter": pf.name,
+            "pattern_type_filter": int(pf.pattern_type), "principal_filter": ef.principal,
+            "host_filter": ef.host, "operation": int(ef.operation), "permission_type": int(ef.permission_type)}
+
+
+def _binding(resource: Any, entry: Any) -> AclBinding:
+    """A binding from a response's resource fields (type, name, pattern type) and entry fields (principal,
+    host, operation, permission type): DescribeAcls nests the second in the first, DeleteAcls has both in one."""
+    return AclBinding(ResourcePattern(ResourceType.from_code(int(resource.resource_type)), resource.resource_name,
+                                      PatternType.from_code(int(resource.pattern_type))),
+                      AccessControlEntry(entry.principal, entry.host, AclOperation.from_code(int(entry.operation)),
+                                         AclPermissionType.from_code(int(entry.permission_type))))
+
+
+def connect(bootstrap: str, timeout_s: float = 30.0, security: ClientSecurity | None = None) -> KafkaAdmin:
     """A KafkaAdmin, or AdminError(-1) naming what is wrong with the address."""
     try:
-        return KafkaAdmin(bootstrap, timeout_s)
+        return KafkaAdmin(bootstrap, timeout_s, security=security)
     except WireError as e:
         raise AdminError(-1, str(e)) from None

@@ -100,6 +100,9 @@ def add_tiers_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                         "segments and copy lag then show -)")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
                    help=f"network timeout (default {TIMEOUT_S:g})")
+    p.add_argument("--command-config", metavar="FILE", default=None,
+                   help="client properties for a secured listener, as Kafka's tools take them: security.protocol, "
+                        "sasl.mechanism, sasl.jaas.config, ssl.truststore.location... (docs/tools.md)")
     p.set_defaults(func=_cmd_tiers, command_parser=p)
     return p
 
@@ -110,12 +113,15 @@ def _cmd_tiers(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 def main_tiers(args: argparse.Namespace) -> int:
     """Run ``strata tiers``; 0 on success, 1 with one line per problem on stderr otherwise."""
+    from strata.tools.kafka_cli import command_config_security
+
     timeout = getattr(args, "timeout", TIMEOUT_S)
     topic = getattr(args, "topic", None)
     try:
         payload = fetch_tiers(args.bootstrap, timeout, topic=topic,
                               include_internal=topic is not None or getattr(args, "show_internal", False),
-                              http=getattr(args, "http", True))
+                              http=getattr(args, "http", True),
+                              security=command_config_security(args, TiersError))
     except TiersError as e:
         print(f"strata tiers: {e}", file=sys.stderr)
         return 1
@@ -141,12 +147,14 @@ def main_tiers(args: argparse.Namespace) -> int:
 
 # -- talking to the brokers ---------------------------------------------------------------------
 
-def metrics_endpoint(bootstrap: str, timeout_s: float = TIMEOUT_S) -> tuple[str, int]:
-    """(host, port) of the admin HTTP endpoint of the broker at ``bootstrap``."""
+def metrics_endpoint(bootstrap: str, timeout_s: float = TIMEOUT_S, security: Any = None) -> tuple[str, int]:
+    """(host, port) of the admin HTTP endpoint of the broker at ``bootstrap`` (``security``: a
+    :class:`strata.client.security.ClientSecurity` for a secured listener)."""
     from strata.client.wire import KafkaWire, WireError
+    from strata.tools.kafka_cli import unreachable
 
     try:
-        with KafkaWire(bootstrap, timeout_s) as conn:
+        with KafkaWire(bootstrap, timeout_s, security=security) as conn:
             brokers = list(conn.call(METADATA, 1, topics=[]).brokers)
             node_id = _connected_node_id(brokers, conn.host, conn.port)
             if node_id is None:
@@ -154,7 +162,7 @@ def metrics_endpoint(bootstrap: str, timeout_s: float = TIMEOUT_S) -> tuple[str,
                                  f"{conn.host}:{conn.port}: use the broker's advertised address as --bootstrap")
             return _metrics_endpoint_of(conn.call, conn.host, node_id)
     except WireError as e:
-        raise TiersError(f"broker unreachable: {e}") from None
+        raise TiersError(unreachable(e)) from None
 
 
 def _metrics_endpoint_of(call: Any, host: str, node_id: int) -> tuple[str, int]:
@@ -207,7 +215,7 @@ def _error_name(code: Any) -> str:
 
 
 def fetch_tiers(bootstrap: str, timeout_s: float = TIMEOUT_S, *, topic: str | None = None,
-                include_internal: bool = True, http: bool = True) -> dict[str, Any]:
+                include_internal: bool = True, http: bool = True, security: Any = None) -> dict[str, Any]:
     """The cluster's partitions (or ``topic``'s) with their tier state and their replicas' local state:
     ``{"brokers": [...], "topics": [...], "partitions": [...]}`` (the module docstring says from where).
 
@@ -215,22 +223,24 @@ def fetch_tiers(bootstrap: str, timeout_s: float = TIMEOUT_S, *, topic: str | No
     answering over the Kafka port, and for leaders its ``tiers_url`` (or ``http_error``) when
     ``http`` is on and it has an admin endpoint. A partition whose leader could not say where its
     tiers are (none, unreachable, an error: ``error``) carries no offsets. Raises TiersError when
-    no bootstrap broker can be reached.
+    no bootstrap broker can be reached. ``security``: a :class:`strata.client.security.ClientSecurity`
+    for a secured listener (TLS, SASL).
     """
     from strata.client.wire import WireError
     from strata.tools.admin import KafkaAdmin
+    from strata.tools.kafka_cli import unreachable
 
     try:
-        admin = KafkaAdmin(bootstrap, timeout_s, client_id="strata-tiers")
+        admin = KafkaAdmin(bootstrap, timeout_s, client_id="strata-tiers", security=security)
     except WireError as e:
-        raise TiersError(f"broker unreachable: {e}") from None
+        raise TiersError(unreachable(e)) from None
     with admin:
         try:
             state = admin.cluster(None if topic is None else [topic])
             partitions = _partitions(state, topic, include_internal)
             topics = _topic_configs(admin, sorted({p["topic"] for p in partitions}))
         except WireError as e:
-            raise TiersError(f"broker unreachable: {e}") from None
+            raise TiersError(unreachable(e)) from None
         brokers = []
         views: dict[int, _BrokerView] = {}
         for broker_id in sorted(state.brokers):
@@ -240,7 +250,7 @@ def fetch_tiers(bootstrap: str, timeout_s: float = TIMEOUT_S, *, topic: str | No
             try:
                 views[broker_id] = _ask_broker(admin, broker_id, partitions)
             except WireError as e:
-                entry["error"] = f"broker unreachable: {e}"
+                entry["error"] = unreachable(e)
                 continue
             if http and any(p["leader"] == broker_id for p in partitions):
                 _read_http(admin, broker_id, host, timeout_s, entry, views[broker_id])

@@ -86,6 +86,9 @@ def add_transactions_parser(subparsers: Any,
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
                    help=f"network timeout (default {TIMEOUT_S:g})")
+    p.add_argument("--command-config", metavar="FILE", default=None,
+                   help="client properties for a secured listener, as Kafka's tools take them: security.protocol, "
+                        "sasl.mechanism, sasl.jaas.config, ssl.truststore.location... (docs/tools.md)")
     p.set_defaults(func=_cmd_transactions, command_parser=p)
     return p
 
@@ -106,12 +109,15 @@ def _cmd_transactions(args: argparse.Namespace, parser: argparse.ArgumentParser)
 
 def main_transactions(args: argparse.Namespace) -> int:
     """Run ``strata transactions``; 0 on success, 1 with one line per problem on stderr otherwise."""
+    from strata.tools.kafka_cli import command_config_security
+
     topic = getattr(args, "topic", None)
     try:
         payload = fetch_transactions(
             args.bootstrap, getattr(args, "timeout", TIMEOUT_S), topic=topic,
             include_internal=topic is not None or getattr(args, "show_internal", False),
-            stuck_after_ms=getattr(args, "stuck_after_ms", DEFAULT_STUCK_AFTER_MS))
+            stuck_after_ms=getattr(args, "stuck_after_ms", DEFAULT_STUCK_AFTER_MS),
+            security=command_config_security(args, TransactionsError))
     except TransactionsError as e:
         print(f"strata transactions: {e}", file=sys.stderr)
         return 1
@@ -135,23 +141,25 @@ def main_transactions(args: argparse.Namespace) -> int:
 
 def fetch_transactions(bootstrap: str, timeout_s: float = TIMEOUT_S, *, topic: str | None = None,
                        include_internal: bool = False, stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
-                       now_ms: Callable[[], int] | None = None) -> dict[str, Any]:
+                       now_ms: Callable[[], int] | None = None, security: Any = None) -> dict[str, Any]:
     """``{"brokers", "partitions", "transactions", "stuck_after_ms", "now_ms"}`` (the module docstring says
     from where). A broker that cannot be reached has an ``error``; its partitions carry an ``error`` and
-    no offsets. Raises TransactionsError when no bootstrap broker can be reached."""
+    no offsets. Raises TransactionsError when no bootstrap broker can be reached. ``security``: a
+    :class:`strata.client.security.ClientSecurity` for a secured listener."""
     from strata.client.wire import WireError
     from strata.tools.admin import KafkaAdmin
+    from strata.tools.kafka_cli import unreachable
 
     clock = now_ms or (lambda: int(time.time() * 1000))
     try:
-        admin = KafkaAdmin(bootstrap, timeout_s, client_id="strata-transactions")
+        admin = KafkaAdmin(bootstrap, timeout_s, client_id="strata-transactions", security=security)
     except WireError as e:
-        raise TransactionsError(f"broker unreachable: {e}") from None
+        raise TransactionsError(unreachable(e)) from None
     with admin:
         try:
             state = admin.cluster(None if topic is None else [topic])
         except WireError as e:
-            raise TransactionsError(f"broker unreachable: {e}") from None
+            raise TransactionsError(unreachable(e)) from None
         partitions = _partitions(state, topic, include_internal)
         brokers: list[dict[str, Any]] = []
         transactions: list[dict[str, Any]] = []
@@ -165,7 +173,7 @@ def fetch_transactions(bootstrap: str, timeout_s: float = TIMEOUT_S, *, topic: s
                 answers[broker_id] = _ask_leader(admin, broker_id, led)
                 transactions += _coordinator_view(admin, broker_id, entry)
             except WireError as e:
-                entry["error"] = f"broker unreachable: {e}"
+                entry["error"] = unreachable(e)
         now = clock()
     by_producer = _open_by_producer(transactions)
     # "no coordinator lists it" means something only when every coordinator answered

@@ -31,6 +31,7 @@ from strata.broker.dynamic_config import (
 from strata.broker.topics import TopicRegistry
 from strata.config.broker_config import (
     DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_SASL_LOGIN_CONFIGS,
     PER_BROKER_CONFIGS,
     BrokerConfig,
     broker_config_key,
@@ -64,7 +65,8 @@ def test_dynamic_keys_follow_kafkas_all_dynamic_configs() -> None:
             "remote.log.index.file.cache.total.size.bytes", "remote.fetch.max.wait.ms",
             "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.copier.thread.pool.size",
             "leader.replication.throttled.rate", "producer.id.expiration.ms"} <= DYNAMIC_BROKER_CONFIGS
-    assert PER_BROKER_CONFIGS == {"listeners", "listener.security.protocol.map"}
+    assert PER_BROKER_CONFIGS == {"listeners", "listener.security.protocol.map", *DYNAMIC_SASL_LOGIN_CONFIGS}
+    assert "sasl.kerberos.min.time.before.relogin" in PER_BROKER_CONFIGS  # librdkafka's 0081 alters it
     assert all(broker_config_key(k) is not None for k in DYNAMIC_BROKER_CONFIGS)
 
 
@@ -238,7 +240,7 @@ class _Broker:
         self.tiering_checked: list[str] = []
         self.dynamic_configs = DynamicBrokerConfigs(self)  # type: ignore[arg-type]
 
-    def _apply_tiering_change(self, name: str, _was_tiered: bool) -> None:
+    def apply_tiering_change(self, name: str, _was_tiered: bool) -> None:
         self.tiering_checked.append(name)
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from test_group_state_machine import SESSION, Harness
 
-from strata.broker.group.classic import GROUP_SUBSCRIBED_TO_TOPIC, GroupState
-from strata.broker.group.manager import CommitRequest, GroupMetadataManager, OffsetAndMetadata
-from strata.broker.group.records import (
+from strata.coordinator.group.classic import GROUP_SUBSCRIBED_TO_TOPIC, GroupState
+from strata.coordinator.group.manager import CommitRequest, GroupMetadataManager, OffsetAndMetadata
+from strata.coordinator.group.records import (
     OffsetCommitKey,
     decode_key,
     decode_offset_commit_value,
@@ -211,7 +211,7 @@ def test_loaded_members_must_heartbeat_within_their_session() -> None:
 def test_last_record_wins_and_tombstones_delete() -> None:
     h = Harness()
     m = GroupMetadataManager(h.m.config, h.timer, h.clock, lambda g, r: None)
-    from strata.broker.group.records import GroupMetadataValue, OffsetCommitValue
+    from strata.coordinator.group.records import GroupMetadataValue, OffsetCommitValue
 
     key = encode_offset_commit_key("g", "t", 0)
     m.replay(key, encode_offset_commit_value(OffsetCommitValue(1)))

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strata.broker.group.records import (
+from strata.common.hashing import java_string_hash
+from strata.coordinator.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -31,7 +32,6 @@ from strata.broker.group.records import (
     partition_for,
     subscribed_topics,
 )
-from strata.common.hashing import java_string_hash
 from strata.errors import CorruptRecordError
 
 

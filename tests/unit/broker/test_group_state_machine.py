@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from strata.broker.group.classic import GroupState
-from strata.broker.group.manager import GroupConfig, GroupMetadataManager, JoinRequest, Record, SyncRequest
-from strata.broker.group.records import GroupMetadataKey, decode_group_metadata_value, decode_key
-from strata.broker.group.timer import ManualTimer
 from strata.common import ManualClock
+from strata.coordinator.group.classic import GroupState
+from strata.coordinator.group.manager import GroupConfig, GroupMetadataManager, JoinRequest, Record, SyncRequest
+from strata.coordinator.group.records import GroupMetadataKey, decode_group_metadata_value, decode_key
+from strata.coordinator.group.timer import ManualTimer
 from strata.errors import ErrorCode, KafkaError, KafkaStorageError
 
 SESSION = 10_000
@@ -328,7 +328,7 @@ def test_pending_member_that_never_comes_back_expires() -> None:
 
 
 def test_offset_commit_keeps_the_session_alive() -> None:
-    from strata.broker.group.manager import CommitRequest
+    from strata.coordinator.group.manager import CommitRequest
 
     h = Harness()
     [a] = h.stable_group(1)
@@ -447,7 +447,7 @@ def test_list_groups_filters() -> None:
 
 
 def test_delete_groups() -> None:
-    from strata.broker.group.manager import CommitRequest
+    from strata.coordinator.group.manager import CommitRequest
 
     h = Harness()
     h.stable_group(1)

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from test_group_state_machine import Harness
 
-from strata.broker.group.classic import GroupState
-from strata.broker.group.coordinator import GroupCoordinator
-from strata.broker.group.manager import (
+from strata.common import TopicPartition
+from strata.config import LogConfig
+from strata.coordinator.group.classic import GroupState
+from strata.coordinator.group.coordinator import GroupCoordinator
+from strata.coordinator.group.manager import (
     NO_APPEND_OFFSET,
     CommitRequest,
     GroupMetadataManager,
@@ -29,13 +31,11 @@ from strata.broker.group.manager import (
     TxnProducer,
     txn_offset_append_error,
 )
-from strata.broker.group.records import (
+from strata.coordinator.group.records import (
     OffsetCommitKey,
     decode_key,
     decode_offset_commit_value,
 )
-from strata.common import TopicPartition
-from strata.config import LogConfig
 from strata.errors import ErrorCode, InvalidProducerEpochError, KafkaError, KafkaStorageError, RecordTooLargeError
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.log.producer_state import AppendOrigin
@@ -426,7 +426,7 @@ class _Replicas:
 
 
 def coordinator_on(plog: PartitionLog, clock: Any) -> GroupCoordinator:
-    broker: Any = SimpleNamespace(config=SimpleNamespace(offsets_topic_num_partitions=1), cluster=None,
+    broker: Any = SimpleNamespace(config=SimpleNamespace(offsets_topic_num_partitions=1), clustered=False,
                                   replicas=_Replicas(plog), clock=clock)
     coordinator = GroupCoordinator(broker)
     coordinator.manager = fresh_manager(coordinator)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.coordinator import OFFSETS_TOPIC
 from strata.common import TopicPartition
+from strata.coordinator.group.coordinator import OFFSETS_TOPIC
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

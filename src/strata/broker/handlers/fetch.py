@@ -10,7 +10,9 @@ remote tier on the RemoteLogManager's reader pool - every such partition of the 
 (Kafka before 4.2 served only the first) - and the response waits for those reads at most
 ``remote.fetch.max.wait.ms``. A read still running then is dropped and its partition answered
 empty with no error, as Kafka does (the consumer fetches again); a failed read (store down)
-answers KAFKA_STORAGE_ERROR, which clients retry.
+answers KAFKA_STORAGE_ERROR, which clients retry. While the KIP-956 fetch quota
+(``remote.log.manager.fetch.max.bytes.per.second``) is exceeded a partition needing the remote tier is
+not read: it is answered with no records and no error, and the fetch long-polls as usual (Kafka 3.9).
 
 Authorization (Kafka 3.9's ``KafkaApis.handleFetchRequest``), decided once per request before the first
 pass (the long-poll reruns reuse it): a follower's fetch (``replica_id`` >= 0) needs CLUSTER_ACTION on the
@@ -83,6 +85,8 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
                    log_start_offset=plog.log_start_offset)
         rlm = ctx.broker.remote_log_manager
         if rlm is not None and plog.log_start_offset <= p.fetch_offset < plog.local_log_start_offset:
+            if rlm.is_remote_log_fetch_quota_exceeded():
+                return out  # KIP-956 (Kafka's readFromLog): no remote read in this fetch, no records, no error
             info = ctx.broker.topics.get(name)
             assert info is not None
             future = rlm.read(TopicIdPartition(info.topic_id, name, p.partition), plog, p.fetch_offset, max_bytes,

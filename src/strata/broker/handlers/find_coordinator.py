@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import manager_of
-from strata.broker.group.coordinator import OFFSETS_TOPIC
+from strata.broker.group_api import manager_of
+from strata.coordinator.group.coordinator import OFFSETS_TOPIC
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

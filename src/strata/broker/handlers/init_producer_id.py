@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import millis
+from strata.broker.group_api import millis
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

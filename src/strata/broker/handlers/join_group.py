@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import client_host, manager_of, millis, parked
-from strata.broker.group.classic import dedupe_protocols
-from strata.broker.group.manager import JoinRequest, join_error
+from strata.broker.group_api import client_host, manager_of, millis, parked
+from strata.coordinator.group.classic import dedupe_protocols
+from strata.coordinator.group.manager import JoinRequest, join_error
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

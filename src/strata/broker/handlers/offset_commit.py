@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import manager_of, millis
-from strata.broker.group.manager import CommitRequest
+from strata.broker.group_api import manager_of, millis
+from strata.coordinator.group.manager import CommitRequest
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.group.api import manager_of
+from strata.broker.group_api import manager_of
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from strata.errors import CorruptRecordError
-from strata.protocol.records.varint import encode_uvarint
+from strata.protocol.message_fields import I16, I64, MessageReader, MessageWriter
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -82,11 +82,6 @@ TAG_PREVIOUS_PRODUCER_ID = 0
 TAG_NEXT_PRODUCER_ID = 1
 TAG_CLIENT_TRANSACTION_VERSION = 2
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_MAX_STRING = 0x7FFF  # Kafka's generated code rejects longer strings on both sides
 
 
 class TransactionState(IntEnum):
@@ -146,132 +141,11 @@ class TransactionLogValue:
     client_transaction_version: int = 0  # tag 2, v1+
 
 
-# -- primitive writers --------------------------------------------------------------------------
-
-class _Writer:
-    """Kafka's message primitives; ``flexible`` switches to compact lengths and tagged fields."""
-
-    def __init__(self, flexible: bool) -> None:
-        self.out = bytearray()
-        self.flexible = flexible
-
-    def int8(self, v: int) -> None:
-        self.out += _I8.pack(v)
-
-    def int16(self, v: int) -> None:
-        self.out += _I16.pack(v)
-
-    def int32(self, v: int) -> None:
-        self.out += _I32.pack(v)
-
-    def int64(self, v: int) -> None:
-        self.out += _I64.pack(v)
-
-    def uvarint(self, v: int) -> None:
-        self.out += encode_uvarint(v)
-
-    def string(self, v: str) -> None:
-        data = v.encode("utf-8")
-        if len(data) > _MAX_STRING:
-            raise ValueError(f"string of {len(data)} bytes is too long for a Kafka string")
-        if self.flexible:
-            self.uvarint(len(data) + 1)
-        else:
-            self.int16(len(data))
-        self.out += data
-
-    def array_len(self, n: int | None) -> None:
-        """A (nullable) array count: int32 (-1 = null) or compact uvarint count + 1 (0 = null)."""
-        if self.flexible:
-            self.uvarint(0 if n is None else n + 1)
-        else:
-            self.int32(-1 if n is None else n)
-
-
-# -- primitive reader ---------------------------------------------------------------------------
-
-class _Reader:
-    def __init__(self, data: bytes | bytearray | memoryview, what: str) -> None:
-        self.buf = memoryview(data)
-        self.pos = 0
-        self.what = what
-        self.flexible = False
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise CorruptRecordError(f"{self.what}: field of {n} bytes runs past the end", self.pos)
-        view = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return view
-
-    def remaining(self) -> int:
-        return len(self.buf) - self.pos
-
-    def int8(self) -> int:
-        return int(_I8.unpack(self.take(1))[0])
-
-    def int16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def int32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def int64(self) -> int:
-        return int(_I64.unpack(self.take(8))[0])
-
-    def uvarint(self) -> int:
-        """Kafka's ``readUnsignedVarint``: at most five bytes."""
-        start = self.pos
-        value = 0
-        for shift in range(0, 35, 7):
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-        raise CorruptRecordError(f"{self.what}: unsigned varint longer than five bytes", start)
-
-    def string(self) -> str:
-        n = self.uvarint() - 1 if self.flexible else self.int16()
-        if n < 0:
-            raise CorruptRecordError(f"{self.what}: null where a string is required", self.pos)
-        if n > _MAX_STRING:
-            raise CorruptRecordError(f"{self.what}: string of invalid length {n}", self.pos)
-        try:
-            return str(self.take(n).tobytes().decode("utf-8"))
-        except UnicodeDecodeError:
-            raise CorruptRecordError(f"{self.what}: string is not UTF-8", self.pos) from None
-
-    def array_len(self, min_element_size: int) -> int | None:
-        """A nullable array count (None = null), bounded by the bytes left like Kafka's reader."""
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            return None
-        if n * min_element_size > self.remaining():
-            raise CorruptRecordError(f"{self.what}: array of {n} elements but only {self.remaining()} bytes left",
-                                     self.pos)
-        return n
-
-    def tag_count(self) -> int:
-        n = self.uvarint()
-        if n > self.remaining():  # every tagged field takes at least two bytes
-            raise CorruptRecordError(f"{self.what}: {n} tagged fields but only {self.remaining()} bytes left", self.pos)
-        return n
-
-    def skip_tags(self) -> None:
-        for _ in range(self.tag_count()):
-            self.uvarint()  # tag
-            self.take(self.uvarint())
-
-    def done(self) -> None:
-        if self.pos != len(self.buf):
-            raise CorruptRecordError(f"{self.what}: {len(self.buf) - self.pos} bytes left over", self.pos)
-
-
 # -- keys -----------------------------------------------------------------------------------
 
 def encode_key(transactional_id: str) -> bytes:
     """``TransactionLogKey`` v0, the only key version Kafka has."""
-    w = _Writer(flexible=False)
+    w = MessageWriter(flexible=False)
     w.int16(KEY_VERSION)
     w.string(transactional_id)
     return bytes(w.out)
@@ -279,7 +153,7 @@ def encode_key(transactional_id: str) -> bytes:
 
 def decode_key(data: bytes | bytearray | memoryview) -> str | None:
     """The transactional id, or None for a key version Kafka skips (anything but 0)."""
-    r = _Reader(data, "TransactionLogKey")
+    r = MessageReader(data, "TransactionLogKey")
     version = r.int16()
     if version != KEY_VERSION:
         return None
@@ -299,15 +173,15 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
         raise ValueError(f"a transaction in state Empty has no partitions, not {value.partitions!r}")
     tagged: list[tuple[int, bytes]] = []
     if value.previous_producer_id != NO_PRODUCER_ID:
-        tagged.append((TAG_PREVIOUS_PRODUCER_ID, _pack(_I64, value.previous_producer_id)))
+        tagged.append((TAG_PREVIOUS_PRODUCER_ID, _pack(I64, value.previous_producer_id)))
     if value.next_producer_id != NO_PRODUCER_ID:
-        tagged.append((TAG_NEXT_PRODUCER_ID, _pack(_I64, value.next_producer_id)))
+        tagged.append((TAG_NEXT_PRODUCER_ID, _pack(I64, value.next_producer_id)))
     if value.client_transaction_version != 0:
-        tagged.append((TAG_CLIENT_TRANSACTION_VERSION, _pack(_I16, value.client_transaction_version)))
+        tagged.append((TAG_CLIENT_TRANSACTION_VERSION, _pack(I16, value.client_transaction_version)))
     if tagged and version < FLEXIBLE_VALUE_VERSION:
         raise ValueError(f"TransactionLogValue v{version} cannot carry tagged fields {[t for t, _ in tagged]}")
 
-    w = _Writer(flexible=version >= FLEXIBLE_VALUE_VERSION)
+    w = MessageWriter(flexible=version >= FLEXIBLE_VALUE_VERSION)
     try:
         w.int16(version)
         w.int64(value.producer_id)
@@ -347,7 +221,7 @@ def _pack(s: struct.Struct, v: int) -> bytes:
 
 def decode_value(data: bytes | bytearray | memoryview) -> TransactionLogValue:
     """A non-null value (a null value is a tombstone: the caller drops the transactional id)."""
-    r = _Reader(data, "TransactionLogValue")
+    r = MessageReader(data, "TransactionLogValue")
     version = r.int16()
     if not 0 <= version <= HIGHEST_VALUE_VERSION:
         raise CorruptRecordError(f"TransactionLogValue: unknown version {version}")
@@ -363,14 +237,14 @@ def decode_value(data: bytes | bytearray | memoryview) -> TransactionLogValue:
     partitions: list[tuple[str, tuple[int, ...]]] = []
     # An entry is at least a one-byte compact string and a one-byte compact array (flexible),
     # or a two-byte string and a four-byte count.
-    count = r.array_len(3 if r.flexible else 6)
+    count = r.nullable_array_len(3 if r.flexible else 6)
     if count is None:
         if state is not TransactionState.EMPTY:
             raise CorruptRecordError(f"TransactionLogValue: null partitions in state {state.kafka_name}", r.pos)
     else:
         for _ in range(count):
             topic = r.string()
-            n = r.array_len(4)
+            n = r.nullable_array_len(4)
             if n is None:
                 raise CorruptRecordError("TransactionLogValue: null partition ids", r.pos)
             ids = struct.unpack(f">{n}i", r.take(4 * n))
@@ -390,13 +264,13 @@ def decode_value(data: bytes | bytearray | memoryview) -> TransactionLogValue:
                 if size != 8:
                     raise CorruptRecordError(f"TransactionLogValue: tagged int64 {tag} of {size} bytes", r.pos)
                 if tag == TAG_PREVIOUS_PRODUCER_ID:
-                    previous_producer_id = int(_I64.unpack(field)[0])
+                    previous_producer_id = int(I64.unpack(field)[0])
                 else:
-                    next_producer_id = int(_I64.unpack(field)[0])
+                    next_producer_id = int(I64.unpack(field)[0])
             elif tag == TAG_CLIENT_TRANSACTION_VERSION:
                 if size != 2:
                     raise CorruptRecordError(f"TransactionLogValue: tagged int16 {tag} of {size} bytes", r.pos)
-                client_transaction_version = int(_I16.unpack(field)[0])
+                client_transaction_version = int(I16.unpack(field)[0])
             # any other tag is a field from a newer Kafka: skipped, as Kafka's reader does
     r.done()
     if state is TransactionState.EMPTY:

@@ -21,6 +21,12 @@ Errors: a missing object is ``RemoteResourceNotFoundError``; connection failures
 and 5xx (after the client's own bounded retries) are ``RetriableRemoteStorageError``; anything
 else (403, 416 ...) is ``RemoteStorageError``. The client is thread-safe; one store is shared by
 all the RemoteLogManager's worker threads.
+
+Credentials never reach a log line or an error message (which ``/v1/tiers`` shows as a partition's last
+copy error): messages are cut before obstore's "Debug source" dump, the configured secret key and
+session token are replaced wherever they would appear, and so are user info in a URL and SigV4 query
+parameters (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Amz-Security-Token``). The store's own
+config holds the keys, so neither it nor this object's attributes are ever logged.
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ STREAM_CHUNK = 256 * 1024  # what one read of a fetch stream buffers at least (o
 SMALL_UPLOAD_THREADS = 4  # index/snapshot PUTs in flight beside the .log's upload, shared by all copies
 CREDENTIALS_TTL = timedelta(minutes=5)  # re-ask boto3 well before temporary credentials can expire
 _STATUS = re.compile(r"status code: (\d{3})")
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_SIGV4_PARAMS = re.compile(r"(?i)(X-Amz-(?:Signature|Credential|Security-Token)=)[^&\s\"'<]+")
+HIDDEN = "[hidden]"
 _TRANSPORT = ("error sending request", "HTTP error", "timed out", "Timeout", "connection", "Connection")
 
 
@@ -92,6 +101,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self.concurrency = 4
         self._pool: ThreadPoolExecutor | None = None  # created on the first copy
         self._pool_lock = threading.Lock()
+        self._secrets: tuple[str, ...] = ()  # configured secret values, scrubbed from every message
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -117,6 +127,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
             kwargs["endpoint"] = endpoint
         if region:
             kwargs["region"] = region
+        self._secrets = tuple(v for v in (config_str(configs, "aws.secret.access.key"),
+                                          config_str(configs, "aws.session.token")) if v)
         kwargs.update(_credentials(configs))
         client_options: dict[str, Any] = {"connect_timeout": timedelta(milliseconds=connect_ms),
                                           "timeout": timedelta(milliseconds=attempt_ms)}
@@ -128,10 +140,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         try:
             self._store = S3Store(self.bucket, client_options=client_options, retry_config=retry_config, **kwargs)
         except BaseError as e:
-            raise ValueError(f"invalid S3 configuration: {e}") from e
+            raise ValueError(f"invalid S3 configuration: {scrub(str(e), self._secrets)}") from None
         log.info("S3 remote storage: bucket=%s endpoint=%s region=%s path_style=%s prefix=%r part_size=%d",
-                 self.bucket, endpoint or "(AWS)", region or "(from environment)", path_style, self.prefix,
-                 self.part_size)
+                 self.bucket, scrub(endpoint, self._secrets) if endpoint else "(AWS)", region or "(from environment)",
+                 path_style, self.prefix, self.part_size)
 
     @property
     def store(self) -> S3Store:
@@ -176,7 +188,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 raise
             self._delete_quietly(metadata)  # leave no orphans behind a failed copy (Aiven PR #590)
             # a 404 here is a missing bucket (or a vanished local file), not a missing segment
-            raise _translate(e, f"copy of {metadata.remote_log_segment_id}", missing_is_not_found=False) from e
+            raise _translate(e, f"copy of {metadata.remote_log_segment_id}", missing_is_not_found=False,
+                             secrets=self._secrets) from e
         return None
 
     def _upload_pool(self) -> ThreadPoolExecutor:
@@ -209,15 +222,17 @@ class S3RemoteStorageManager(RemoteStorageManager):
                                                                       end=end_position + 1)))
             result = obstore.get(self.store, key, options={"range": {"offset": start_position}})
         except (BaseError, OSError) as e:
-            raise _translate(e, what) from e
-        return cast(BinaryIO, _ChunkStreamReader(iter(result.stream(min_chunk_size=STREAM_CHUNK)), what))
+            raise _translate(e, what, secrets=self._secrets) from e
+        return cast(BinaryIO, _ChunkStreamReader(iter(result.stream(min_chunk_size=STREAM_CHUNK)), what,
+                                                 self._secrets))
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         key = self.key(metadata, INDEX_SUFFIXES[index_type])
         try:
             return io.BytesIO(bytes(obstore.get(self.store, key).bytes()))
         except (BaseError, OSError) as e:
-            raise _translate(e, f"fetch of {index_type.name} index of {metadata.remote_log_segment_id}") from e
+            raise _translate(e, f"fetch of {index_type.name} index of {metadata.remote_log_segment_id}",
+                             secrets=self._secrets) from e
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """One DeleteObjects request for every key the segment may have; missing keys are fine."""
@@ -226,7 +241,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         except (NotFoundError, FileNotFoundError):
             pass
         except (BaseError, OSError) as e:
-            raise _translate(e, f"delete of {metadata.remote_log_segment_id}") from e
+            raise _translate(e, f"delete of {metadata.remote_log_segment_id}", secrets=self._secrets) from e
 
     def _delete_quietly(self, metadata: RemoteLogSegmentMetadata) -> None:
         try:
@@ -295,11 +310,12 @@ class _BufferReader(io.RawIOBase):
 class _ChunkStreamReader(io.RawIOBase):
     """A readable stream over obstore's chunk iterator; transport errors mid-stream are retriable."""
 
-    def __init__(self, chunks: Iterator[Any], what: str) -> None:
+    def __init__(self, chunks: Iterator[Any], what: str, secrets: tuple[str, ...] = ()) -> None:
         super().__init__()
         self._chunks: Iterator[Any] | None = chunks
         self._pending = memoryview(b"")
         self._what = what
+        self._secrets = secrets
 
     def readable(self) -> bool:
         return True
@@ -318,7 +334,7 @@ class _ChunkStreamReader(io.RawIOBase):
                 return 0
             except (BaseError, OSError) as e:
                 self._chunks = None
-                raise _translate(e, self._what) from e
+                raise _translate(e, self._what, secrets=self._secrets) from e
         n = min(len(target), len(self._pending))
         target[:n] = self._pending[:n]
         self._pending = self._pending[n:]
@@ -335,7 +351,7 @@ class _ChunkStreamReader(io.RawIOBase):
                 self._chunks = None
             except (BaseError, OSError) as e:
                 self._chunks = None
-                raise _translate(e, self._what) from e
+                raise _translate(e, self._what, secrets=self._secrets) from e
         return b"".join(parts)
 
     def close(self) -> None:
@@ -374,12 +390,22 @@ def _credentials(configs: Mapping[str, Any]) -> dict[str, Any]:
     return {"credential_provider": provider}
 
 
-def _translate(error: BaseException, what: str, *, missing_is_not_found: bool = True) -> RemoteStorageError:
+def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` without credentials: the ``secrets`` values, user info of URLs, SigV4 query parameters."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, HIDDEN)
+    text = _URL_USERINFO.sub(HIDDEN + "@", text)
+    return _SIGV4_PARAMS.sub(lambda m: m.group(1) + HIDDEN, text)
+
+
+def _translate(error: BaseException, what: str, *, missing_is_not_found: bool = True,
+               secrets: tuple[str, ...] = ()) -> RemoteStorageError:
     """obstore's error -> the RSM's: not found, retriable (transport, 429, 5xx) or permanent.
 
     obstore raises the builtin ``FileNotFoundError`` for a 404 (its ``NotFoundError`` is not used).
+    The message is :func:`scrub`-bed of ``secrets`` (the configured keys) and credential-looking parts.
     """
-    message = str(error).split("\n\nDebug source:", 1)[0]
+    message = scrub(str(error).split("\n\nDebug source:", 1)[0], secrets)
     if isinstance(error, NotFoundError | FileNotFoundError):
         if missing_is_not_found:
             return RemoteResourceNotFoundError(f"{what}: not found: {message}")

@@ -24,12 +24,11 @@ pin fixed byte vectors derived from the schema definitions.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from strata.common.hashing import kafka_partition_for
 from strata.errors import CorruptRecordError
-from strata.protocol.records.varint import encode_uvarint
+from strata.protocol.message_fields import MessageReader, MessageWriter
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -37,10 +36,6 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
 FLEXIBLE_VALUE_VERSION = 4  # first flexible version of both value schemas
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 # -- the records ------------------------------------------------------------------------------
@@ -95,137 +90,10 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...] = ()
 
 
-# -- primitive writers --------------------------------------------------------------------------
-
-class _Writer:
-    """Kafka's message primitives; ``flexible`` switches to compact lengths and tagged fields."""
-
-    def __init__(self, flexible: bool = False) -> None:
-        self.out = bytearray()
-        self.flexible = flexible
-
-    def int16(self, v: int) -> None:
-        self.out += _I16.pack(v)
-
-    def int32(self, v: int) -> None:
-        self.out += _I32.pack(v)
-
-    def int64(self, v: int) -> None:
-        self.out += _I64.pack(v)
-
-    def uvarint(self, v: int) -> None:
-        self.out += encode_uvarint(v)
-
-    def string(self, v: str | None) -> None:
-        if v is None:
-            if self.flexible:
-                self.uvarint(0)
-            else:
-                self.int16(-1)
-            return
-        data = v.encode("utf-8")
-        if len(data) > 0x7FFF:
-            raise ValueError(f"string of {len(data)} bytes is too long for a Kafka string")
-        if self.flexible:
-            self.uvarint(len(data) + 1)
-        else:
-            self.int16(len(data))
-        self.out += data
-
-    def bytes_(self, v: bytes) -> None:
-        if self.flexible:
-            self.uvarint(len(v) + 1)
-        else:
-            self.int32(len(v))
-        self.out += v
-
-    def array_len(self, n: int) -> None:
-        if self.flexible:
-            self.uvarint(n + 1)
-        else:
-            self.int32(n)
-
-    def tags(self) -> None:
-        if self.flexible:
-            self.uvarint(0)  # no tagged fields
-
-
-class _Reader:
-    def __init__(self, data: bytes | memoryview, what: str) -> None:
-        self.buf = memoryview(data)
-        self.pos = 0
-        self.what = what
-        self.flexible = False
-
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise CorruptRecordError(f"{self.what}: field of {n} bytes runs past the end", self.pos)
-        view = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return view
-
-    def int16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def int32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def int64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise CorruptRecordError(f"{self.what}: unsigned varint too long", self.pos)
-
-    def nullable_string(self) -> str | None:
-        n = self.uvarint() - 1 if self.flexible else self.int16()
-        if n < 0:
-            return None
-        try:
-            return str(self._take(n).tobytes().decode("utf-8"))
-        except UnicodeDecodeError:
-            raise CorruptRecordError(f"{self.what}: string is not UTF-8", self.pos) from None
-
-    def string(self) -> str:
-        v = self.nullable_string()
-        if v is None:
-            raise CorruptRecordError(f"{self.what}: null where a string is required", self.pos)
-        return v
-
-    def bytes_(self) -> bytes:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            raise CorruptRecordError(f"{self.what}: null where bytes are required", self.pos)
-        return self._take(n).tobytes()
-
-    def array_len(self) -> int:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            raise CorruptRecordError(f"{self.what}: null array", self.pos)
-        return n
-
-    def skip_tags(self) -> None:
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                self.uvarint()  # tag
-                self._take(self.uvarint())
-
-    def done(self) -> None:
-        if self.pos != len(self.buf):
-            raise CorruptRecordError(f"{self.what}: {len(self.buf) - self.pos} bytes left over", self.pos)
-
-
 # -- keys -----------------------------------------------------------------------------------
 
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = _Writer()
+    w = MessageWriter()
     w.int16(OFFSET_COMMIT_KEY_VERSION)
     w.string(group)
     w.string(topic)
@@ -234,14 +102,14 @@ def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def encode_group_metadata_key(group: str) -> bytes:
-    w = _Writer()
+    w = MessageWriter()
     w.int16(GROUP_METADATA_KEY_VERSION)
     w.string(group)
     return bytes(w.out)
 
 
 def decode_key(data: bytes | memoryview) -> OffsetCommitKey | GroupMetadataKey | OtherKey:
-    r = _Reader(data, "__consumer_offsets key")
+    r = MessageReader(data, "__consumer_offsets key")
     version = r.int16()
     if version in (0, 1):
         key: OffsetCommitKey | GroupMetadataKey = OffsetCommitKey(r.string(), r.string(), r.int32())
@@ -258,7 +126,7 @@ def decode_key(data: bytes | memoryview) -> OffsetCommitKey | GroupMetadataKey |
 def encode_offset_commit_value(value: OffsetCommitValue, version: int = OFFSET_COMMIT_VALUE_VERSION) -> bytes:
     if not 0 <= version <= FLEXIBLE_VALUE_VERSION:
         raise ValueError(f"OffsetCommitValue has versions 0-4, not {version}")
-    w = _Writer(flexible=version >= FLEXIBLE_VALUE_VERSION)
+    w = MessageWriter(flexible=version >= FLEXIBLE_VALUE_VERSION)
     w.int16(version)
     w.int64(value.offset)
     if version >= 3:
@@ -272,7 +140,7 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int = OFFSET_C
 
 
 def decode_offset_commit_value(data: bytes | memoryview) -> OffsetCommitValue:
-    r = _Reader(data, "OffsetCommitValue")
+    r = MessageReader(data, "OffsetCommitValue")
     version = r.int16()
     if version < 0:
         raise CorruptRecordError(f"OffsetCommitValue: negative version {version}")
@@ -291,7 +159,7 @@ def decode_offset_commit_value(data: bytes | memoryview) -> OffsetCommitValue:
 def encode_group_metadata_value(value: GroupMetadataValue, version: int = GROUP_METADATA_VALUE_VERSION) -> bytes:
     if not 0 <= version <= FLEXIBLE_VALUE_VERSION:
         raise ValueError(f"GroupMetadataValue has versions 0-4, not {version}")
-    w = _Writer(flexible=version >= FLEXIBLE_VALUE_VERSION)
+    w = MessageWriter(flexible=version >= FLEXIBLE_VALUE_VERSION)
     w.int16(version)
     w.string(value.protocol_type)
     w.int32(value.generation)
@@ -317,7 +185,7 @@ def encode_group_metadata_value(value: GroupMetadataValue, version: int = GROUP_
 
 
 def decode_group_metadata_value(data: bytes | memoryview) -> GroupMetadataValue:
-    r = _Reader(data, "GroupMetadataValue")
+    r = MessageReader(data, "GroupMetadataValue")
     version = r.int16()
     if version < 0:
         raise CorruptRecordError(f"GroupMetadataValue: negative version {version}")
@@ -328,7 +196,9 @@ def decode_group_metadata_value(data: bytes | memoryview) -> GroupMetadataValue:
     leader = r.nullable_string()
     current_state_timestamp = r.int64() if version >= 2 else -1
     members = []
-    for _ in range(r.array_len()):
+    # a member is at least 18 bytes (v0: three int16-length strings, an int32, two int32-length byte arrays),
+    # or 15 flexible (v4: four one-byte lengths, two int32s, two one-byte lengths, the tag count)
+    for _ in range(r.array_len(15 if r.flexible else 18)):
         member_id = r.string()
         instance_id = r.nullable_string() if version >= 3 else None
         client_id = r.string()
@@ -361,9 +231,9 @@ def subscribed_topics(subscription: bytes) -> set[str] | None:
     None when the bytes do not parse, which Kafka treats as "subscriptions unknown".
     """
     try:
-        r = _Reader(subscription, "ConsumerProtocolSubscription")
+        r = MessageReader(subscription, "ConsumerProtocolSubscription")
         if r.int16() < 0:
             return None
-        return {r.string() for _ in range(r.array_len())}
+        return {r.string() for _ in range(r.array_len(2))}  # int16-length strings
     except CorruptRecordError:
         return None

@@ -6,11 +6,11 @@ import asyncio
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from strata.broker.group.classic import Response, Waiter
+from strata.coordinator.group.classic import Response, Waiter
 
 if TYPE_CHECKING:
     from strata.broker.dispatch import RequestContext
-    from strata.broker.group.manager import GroupMetadataManager
+    from strata.coordinator.group.manager import GroupMetadataManager
 
 
 def manager_of(ctx: RequestContext, group_id: str | None = None) -> GroupMetadataManager | None:

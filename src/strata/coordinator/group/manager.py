@@ -33,7 +33,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from strata.broker.group.classic import (
+from strata.common import Clock
+from strata.coordinator.group.classic import (
     GROUP_SUBSCRIBED_TO_TOPIC,
     UNKNOWN_MEMBER_ID,
     ClassicGroup,
@@ -44,7 +45,7 @@ from strata.broker.group.classic import (
     Response,
     Waiter,
 )
-from strata.broker.group.records import (
+from strata.coordinator.group.records import (
     OFFSET_COMMIT_VALUE_VERSION,
     OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY,
     GroupMetadataKey,
@@ -60,11 +61,10 @@ from strata.broker.group.records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
-from strata.broker.group.timer import Timer
-from strata.common import Clock
+from strata.coordinator.group.timer import Timer
 from strata.errors import ErrorCode, KafkaError
 
-log = logging.getLogger("strata.broker.group")
+log = logging.getLogger("strata.coordinator.group")
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (GroupState.EMPTY, GroupState.PREPARING_REBALANCE,
                                               GroupState.COMPLETING_REBALANCE, GroupState.STABLE, GroupState.DEAD)
@@ -836,6 +836,21 @@ class GroupMetadataManager:
             self._reschedule_heartbeat(group, group.member(req.member_id))
         now = self._now()
         expire = now + req.retention_ms if req.retention_ms != -1 else -1
+        results, records, updates = self._offset_records(req, now, expire)
+        if records:
+            try:
+                append_offset = self._write(req.group_id, records)
+            except KafkaError as e:
+                code = offset_append_error(e)
+                return {k: (code if k in updates else v) for k, v in results.items()}
+            self.offsets.setdefault(req.group_id, {}).update(
+                {k: replace(om, append_offset=append_offset) for k, om in updates.items()})
+        return results
+
+    def _offset_records(self, req: CommitRequest | TxnCommitRequest, now: int, expire: int) -> tuple[
+            dict[tuple[str, int], int], list[Record], dict[tuple[str, int], OffsetAndMetadata]]:
+        """Per partition of an (Txn)OffsetCommit: OFFSET_METADATA_TOO_LARGE, or NONE with its record and its
+        new offset. ``expire`` (-1: none) is stored only by value version 1, as Kafka writes it."""
         version = OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY if expire != -1 else OFFSET_COMMIT_VALUE_VERSION
         results: dict[tuple[str, int], int] = {}
         records: list[Record] = []
@@ -851,26 +866,27 @@ class GroupMetadataManager:
                                                        version)))
             updates[(topic, partition)] = om
             results[(topic, partition)] = ErrorCode.NONE
-        if records:
-            try:
-                append_offset = self._write(req.group_id, records)
-            except KafkaError as e:
-                code = offset_append_error(e)
-                return {k: (code if k in updates else v) for k, v in results.items()}
-            self.offsets.setdefault(req.group_id, {}).update(
-                {k: replace(om, append_offset=append_offset) for k, om in updates.items()})
-        return results
+        return results, records, updates
 
-    def _validate_offset_commit(self, req: CommitRequest) -> ClassicGroup:
+    def _validate_offset_commit(self, req: CommitRequest | TxnCommitRequest) -> ClassicGroup:
+        """Kafka's ``validateOffsetCommit``; the transactional differences (``isTransactional``): a commit
+        without member id from a non-empty group is allowed (TxnOffsetCommit before v3 has no member fields),
+        an unknown group with a generation is UNKNOWN_MEMBER_ID (Kafka creates the Empty group first, in which
+        every member is unknown; not kept here), and a Completing group is not asked to wait."""
+        transactional = isinstance(req, TxnCommitRequest)
         group = self.groups.get(req.group_id)
         if group is None:
             if req.generation_id < 0:
-                # A consumer without group management (or an admin client): a "simple" group.
-                log.info("creating simple consumer group %s via a manual offset commit", req.group_id)
+                # A consumer without group management (or an admin client, or a producer committing for a
+                # group without group management): a "simple" group.
+                log.info("creating simple consumer group %s via a %s offset commit", req.group_id,
+                         "transactional" if transactional else "manual")
                 group = ClassicGroup(req.group_id, self._now())
                 self.groups[req.group_id] = group
                 return group
-            if req.api_version >= GROUP_ID_NOT_FOUND_COMMIT_VERSION:
+            if transactional:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if isinstance(req, CommitRequest) and req.api_version >= GROUP_ID_NOT_FOUND_COMMIT_VERSION:
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
             raise GroupError(ErrorCode.ILLEGAL_GENERATION)
         if group.is_in(DEAD):
@@ -881,9 +897,9 @@ class GroupMetadataManager:
             group.validate_member(req.member_id, req.group_instance_id)
             if req.generation_id != group.generation:
                 raise GroupError(ErrorCode.ILLEGAL_GENERATION)
-        elif not group.is_in(EMPTY):
+        elif not transactional and not group.is_in(EMPTY):
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-        if group.is_in(COMPLETING):
+        if not transactional and group.is_in(COMPLETING):
             # The member has the new generation but not its assignment yet: let it retry after SyncGroup.
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         return group
@@ -901,23 +917,10 @@ class GroupMetadataManager:
         if not req.group_id:
             return dict.fromkeys(keys, ErrorCode.INVALID_GROUP_ID), NO_APPEND_OFFSET
         try:
-            self._validate_txn_offset_commit(req)
+            self._validate_offset_commit(req)
         except GroupError as e:
             return dict.fromkeys(keys, e.error_code), NO_APPEND_OFFSET
-        now = self._now()
-        results: dict[tuple[str, int], int] = {}
-        records: list[Record] = []
-        updates: dict[tuple[str, int], OffsetAndMetadata] = {}
-        for topic, partition, offset, leader_epoch, metadata in req.partitions:
-            if metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
-                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            om = OffsetAndMetadata(offset, leader_epoch, metadata or "", now)
-            records.append((encode_offset_commit_key(req.group_id, topic, partition),
-                            encode_offset_commit_value(OffsetCommitValue(om.offset, om.leader_epoch, om.metadata,
-                                                                         om.commit_timestamp))))
-            updates[(topic, partition)] = om
-            results[(topic, partition)] = ErrorCode.NONE
+        results, records, updates = self._offset_records(req, self._now(), -1)
         if not records:
             return results, NO_APPEND_OFFSET
         # Kafka's storeOffsets: without a producer id there is no transaction, and the commit is a plain one
@@ -937,32 +940,6 @@ class GroupMetadataManager:
         pending.update({k: replace(om, append_offset=append_offset) for k, om in updates.items()})
         self.open_groups_for_producer.setdefault(req.producer_id, set()).add(req.group_id)
         return results, append_offset
-
-    def _validate_txn_offset_commit(self, req: TxnCommitRequest) -> ClassicGroup:
-        """Kafka's ``validateOffsetCommit(isTransactional = true)``.
-
-        Unlike a plain commit, a commit without member id from a non-empty group is allowed (TxnOffsetCommit
-        before v3 has no member fields), a Completing group is not asked to wait, and no session is extended.
-        """
-        group = self.groups.get(req.group_id)
-        if group is None:
-            if req.generation_id < 0:
-                # A producer committing for a group without group management: a "simple" group.
-                log.info("creating simple consumer group %s via a transactional offset commit", req.group_id)
-                group = ClassicGroup(req.group_id, self._now())
-                self.groups[req.group_id] = group
-                return group
-            # Kafka creates the (Empty) group first, in which every member is unknown; not kept here.
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-        if group.is_in(DEAD):
-            raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if req.generation_id < 0 and group.is_in(EMPTY):
-            return group
-        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
-            group.validate_member(req.member_id, req.group_instance_id)
-            if req.generation_id != group.generation:
-                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
-        return group
 
     def fail_txn_offset_commit(self, group_id: str, producer_id: int, append_offset: int) -> None:
         """Kafka's ``failPendingTxnOffsetCommit``: the batch at ``append_offset`` was not replicated in time

@@ -30,7 +30,7 @@ records: a transactional batch's offsets become pending for its producer, a late
 marker of that producer completes them, and what is still pending at the log end stays pending
 (its transaction is open; its marker comes later).
 
-The protocol logic itself lives in :class:`strata.broker.group.manager.GroupMetadataManager`.
+The protocol logic itself lives in :class:`strata.coordinator.group.manager.GroupMetadataManager`.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from strata.broker.group.manager import NO_PRODUCER_ID, GroupConfig, GroupMetadataManager, Record, TxnProducer
-from strata.broker.group.records import partition_for
-from strata.broker.group.timer import LoopTimer
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
+from strata.coordinator.group.manager import NO_PRODUCER_ID, GroupConfig, GroupMetadataManager, Record, TxnProducer
+from strata.coordinator.group.records import partition_for
+from strata.coordinator.group.timer import LoopTimer
 from strata.errors import CorruptRecordError, ErrorCode, KafkaError, KafkaStorageError
 from strata.log.producer_state import AppendOrigin
 from strata.log.reading import iter_log_batches
@@ -55,10 +55,12 @@ from strata.protocol.records import (
 )
 
 if TYPE_CHECKING:
-    from strata.broker.server import Broker
+    from strata.common import Clock
+    from strata.config.broker_config import BrokerConfig
     from strata.log.partition_log import PartitionLog
+    from strata.replication.replica_manager import ReplicaManager
 
-log = logging.getLogger("strata.broker.group")
+log = logging.getLogger("strata.coordinator.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -69,14 +71,51 @@ def _config_value(raw: Mapping[str, str], name: str) -> int:
     return int(key.parse(raw[name]) if name in raw else key.default)
 
 
+class TopicSize(Protocol):
+    @property
+    def partitions(self) -> int: ...
+
+
+class TopicLookup(Protocol):
+    def get(self, name: str) -> TopicSize | None: ...
+
+
+class OffsetsTopicAdmin(Protocol):
+    """Cluster mode: how the coordinator creates a replicated ``__consumer_offsets``."""
+
+    def max_replication_factor(self) -> int: ...
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str]) -> TopicSize: ...
+
+
+class GroupCoordinatorHost(Protocol):
+    """The part of a broker the group coordinator uses, and all of it: its configuration and clock, the
+    topic registry (to size ``__consumer_offsets``), the replica manager (to append, replay and wait for the
+    ISR) and the topic creators. Why a protocol: the coordinator sits below the wire layer, so it names
+    what it needs instead of importing the broker (the broker satisfies this structurally; unit tests pass
+    a small object)."""
+
+    config: BrokerConfig
+    clock: Clock
+    replicas: ReplicaManager
+    topics: TopicLookup
+    admin: OffsetsTopicAdmin
+
+    @property
+    def clustered(self) -> bool: ...
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicSize: ...
+
+
 class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: GroupCoordinatorHost) -> None:
         self.broker = broker
         self.partitions = broker.config.offsets_topic_num_partitions
         self.manager: GroupMetadataManager | None = None
         self._timer: LoopTimer | None = None
         self._expiry: asyncio.Task[None] | None = None
-        self.clustered = broker.cluster is not None
+        self.clustered = broker.clustered
         self.loaded: set[int] = set()  # cluster mode: the __consumer_offsets partitions led and loaded here
         self._last_write: dict[int, int] = {}  # partition -> next offset after this broker's last write
         self._creating: asyncio.Task[None] | None = None

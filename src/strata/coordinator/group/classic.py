@@ -10,7 +10,7 @@ States and their legal predecessors, as in Kafka::
 
 This module is bookkeeping only: who is a member, who is parked in a JoinGroup or SyncGroup, which
 protocol the members can agree on. The decisions (when to rebalance, when a member has timed out,
-what to persist) live in :mod:`strata.broker.group.manager`. A parked request is a callback
+what to persist) live in :mod:`strata.coordinator.group.manager`. A parked request is a callback
 (``join_waiter``/``sync_waiter``) that the manager calls exactly once with the response fields.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from strata.broker.group.records import subscribed_topics
+from strata.coordinator.group.records import subscribed_topics
 from strata.errors import ErrorCode, KafkaError
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
