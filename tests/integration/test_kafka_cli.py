@@ -364,7 +364,9 @@ def test_consumer_groups_members_state_and_active_group(broker: BrokerProcess) -
 
 def test_consumer_groups_reset_offsets(broker: BrokerProcess) -> None:
     b = broker.bootstrap
-    ok("topics", "--create", "--topic", "rewind", "--partitions", "2", bootstrap=b)
+    # records of 2020 and 2021 are past the default 7-day retention: without retention.ms=-1 the first retention
+    # run (30 s after the module's broker started) deleted them in slow runs, moving the log start to the end
+    ok("topics", "--create", "--topic", "rewind", "--partitions", "2", "--config", "retention.ms=-1", bootstrap=b)
     produce(b, "rewind", {0: 3, 1: 3}, timestamp=T2020)
     produce(b, "rewind", {0: 4, 1: 2}, timestamp=T2021)  # offsets 3.. (partition 0: 3-6, partition 1: 3-4)
     commit(b, "rw", {("rewind", 0): 5, ("rewind", 1): 5})
