@@ -47,6 +47,12 @@ def open_log(tmp_path: Path, clock: ManualClock, scheduler: ManualScheduler) -> 
         plog.local_log.close_handlers()
 
 
+# -- SeaweedFS: one S3 server per test session (tests keep to key prefixes of their own) -------------------
+
+pytest_plugins = ["tests.support.seaweedfs"]  # its ``seaweedfs`` fixture, for every module: one server, not one
+# per importing module (a module-level import of a session fixture makes a fixture of that module's own)
+
+
 # -- ZooKeeper: one server per test session, a chroot per test (replication reference 1.10) --------
 
 @pytest.fixture(scope="session")

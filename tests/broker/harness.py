@@ -42,6 +42,7 @@ class BrokerProcess:
         self.port: int | None = None
         self.log_path = data_dir / "broker.log"
         self.starts = 0
+        self._ready_from = 0  # where the current run's output starts in broker.log
 
     @property
     def bootstrap(self) -> str:
@@ -54,6 +55,10 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         """Start (or restart on the same port, so clients can reconnect) and wait for the ready line."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> BrokerProcess:
+        """Spawn the process without waiting for it: a cluster launches every broker, then waits for each."""
         assert self.proc is None, "already running"
         # A port below the ephemeral range, kept across restarts: a bind(0) port could be taken by an
         # outgoing connection while the broker is down and the restart would fail with EADDRINUSE.
@@ -71,13 +76,18 @@ class BrokerProcess:
             args += ["--set", f"{k}={v}"]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.log_path, "ab")  # noqa: SIM115 (owned by the child)
-        offset = self.log_path.stat().st_size
+        self._ready_from = self.log_path.stat().st_size
         self.proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log_file.close()
         self.starts += 1
+        return self
+
+    def wait_ready(self) -> BrokerProcess:
+        """Until the launched process prints its ready line (bounded by ``READY_TIMEOUT_S``)."""
+        assert self.proc is not None, "not launched"
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+            text = self.log_path.read_bytes()[self._ready_from:].decode(errors="replace")
             m = _READY.search(text)
             if m:
                 self.port = int(m.group(2))

@@ -50,11 +50,11 @@ class VerboseBrokerProcess(BrokerProcess):
     """A broker logging at INFO (``strata serve -v``), for tests that read what it did in its log
     (a truncation, a re-registration) and for the log tails shown when a test fails."""
 
-    def start(self) -> BrokerProcess:
+    def launch(self) -> BrokerProcess:
         real = broker_harness.subprocess
         broker_harness.subprocess = _VerboseSubprocess()  # type: ignore[assignment]
         try:
-            return super().start()
+            return super().launch()
         finally:
             broker_harness.subprocess = real
 
@@ -74,8 +74,16 @@ class Cluster:
             self.brokers[broker_id] = b
 
     def start(self) -> Cluster:
-        for b in self.brokers.values():
-            b.start()
+        # every process first, then the waits: the brokers' start-up overlaps (a second or more per cluster)
+        launched = []
+        try:
+            for b in self.brokers.values():
+                launched.append(b.launch())
+            for b in launched:
+                b.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
         wait_until(lambda: len(self.admin().list_topics(timeout=5).brokers) == len(self.brokers), 30,
                    "every broker registered")
         return self

@@ -61,6 +61,7 @@ def test_leaders_killed_one_after_another_lose_nothing(zk_connect: str, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a hundred kills take about 5 minutes: pytest-timeout's 300 s default stopped it
 def test_soak_hundred_leader_kills(zk_connect: str, tmp_path: Path) -> None:
     kills = int(os.environ.get("STRATA_SOAK_LEADER_KILLS", "100"))
     run_failover(zk_connect, tmp_path, kills=kills, seed=int(os.environ.get("STRATA_SOAK_SEED", "0"))

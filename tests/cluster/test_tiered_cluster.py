@@ -32,7 +32,7 @@ from tests.cluster.tiered_harness import (
     value,
 )
 from tests.reliability.crash_harness import remote_segments
-from tests.support.seaweedfs import SeaweedFS, seaweedfs  # noqa: F401 - session fixture
+from tests.support.seaweedfs import SeaweedFS
 
 from strata.tiered.storage.local import read_events
 
@@ -325,7 +325,7 @@ def test_kip_1023_an_empty_follower_starts_after_the_last_tiered_offset(zk_conne
 
 
 def test_on_s3_a_wiped_follower_rebuilds_from_the_bucket(zk_connect: str, tmp_path: Path,
-                                                          seaweedfs: SeaweedFS) -> None:  # noqa: F811
+                                                          seaweedfs: SeaweedFS) -> None:
     """The replacement scenario with the ``s3`` RSM on a real S3 server (SeaweedFS): both brokers use one
     bucket; the rebuilt replica fetches the remote segment's indexes from it and, leading, serves every
     offset from it; the bucket holds one object set per finished segment."""

@@ -35,7 +35,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from tests.broker.kafka_wire import WireClient
-from tests.support.seaweedfs import SeaweedFS, seaweedfs  # noqa: F401 - session fixture
+from tests.support.seaweedfs import SeaweedFS
 from tests.tiered.harness import S3TieredBroker, TieredBroker, wait_until
 
 from strata.log.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
@@ -492,7 +492,7 @@ def test_skip_action_serves_around_corrupt_remote_segments(skip_broker: TieredBr
     assert_no_traceback(b)
 
 
-def test_corrupt_object_in_s3_is_never_served(tmp_path: Path, seaweedfs: SeaweedFS) -> None:  # noqa: F811
+def test_corrupt_object_in_s3_is_never_served(tmp_path: Path, seaweedfs: SeaweedFS) -> None:
     """The same over the ``s3`` RSM on SeaweedFS (its reads arrive in one buffer, ``read_view``): an object
     overwritten with one bit flipped answers CORRUPT_MESSAGE after its valid batches; the others read."""
     rng, weed = random.Random(SEED), seaweedfs

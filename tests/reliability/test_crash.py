@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tests.reliability.crash_harness import CRASH_POINTS, RANDOM, RESTART, CrashRun, plan
-from tests.support.seaweedfs import SeaweedFS, seaweedfs  # noqa: F401 - session fixture
+from tests.support.seaweedfs import SeaweedFS
 
 # the points whose moment needs the remote store: run them on S3 in the fast subset, the rest locally
 S3_POINTS = ["copy.after_started", "rsm.copy.mid", "copy.after_upload", "delete.after_started",
@@ -87,7 +87,7 @@ def test_crash_points_and_random_kills_local(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # make soak (21 s, and its long soak below): make test runs every crash point locally
-def test_crash_points_and_random_kills_s3(tmp_path: Path, seaweedfs: SeaweedFS) -> None:  # noqa: F811
+def test_crash_points_and_random_kills_s3(tmp_path: Path, seaweedfs: SeaweedFS) -> None:
     seed = _seed()
     rng = random.Random(seed)
     kinds = S3_POINTS + [RANDOM]
@@ -105,7 +105,7 @@ def test_crash_soak_local(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_crash_soak_s3(tmp_path: Path, seaweedfs: SeaweedFS) -> None:  # noqa: F811
+def test_crash_soak_s3(tmp_path: Path, seaweedfs: SeaweedFS) -> None:
     seed = _seed()
     cycles = max(1, _soak_cycles() - _soak_cycles() * 2 // 3)
     run_cycles(tmp_path, "s3", plan(random.Random(seed), cycles, list(CRASH_POINTS), 0.4), seed, seaweedfs)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 from tests.spark.datasets import Dataset, create_topic, produce, wait_tiered
-from tests.support.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS, seaweedfs  # noqa: F401 - session fixture
+from tests.support.seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
 from tests.tiered.harness import S3TieredBroker
 
 from strata.spark import explain
@@ -26,7 +26,7 @@ RECORDS = 500_000
 
 
 @pytest.fixture(scope="module")
-def s3_broker(tmp_path_factory: pytest.TempPathFactory, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:  # noqa: F811
+def s3_broker(tmp_path_factory: pytest.TempPathFactory, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:
     b = S3TieredBroker(tmp_path_factory.mktemp("spark-s3"), seaweedfs,
                        key_prefix=f"spark-{uuid.uuid4().hex[:8]}/").start()
     try:

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.seaweedfs import SeaweedFS, seaweedfs  # noqa: F401 - session fixture
+from tests.support.seaweedfs import SeaweedFS
 from tests.tiered.harness import S3TieredBroker, wait_until
 from tests.tiered.test_kafka_scenarios import consume_and_check, kv
 
 
 @pytest.fixture
-def s3_tiered(tmp_path: Path, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:  # noqa: F811
+def s3_tiered(tmp_path: Path, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:
     # the S3 client's retries against a dead endpoint take ~0.5 s: wait longer than that for remote reads,
     # so a read during the outage answers its error instead of expiring empty
     b = S3TieredBroker(tmp_path, seaweedfs, key_prefix=f"test-{uuid.uuid4().hex[:8]}/",

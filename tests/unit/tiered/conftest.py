@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.seaweedfs import seaweedfs  # noqa: F401 - re-exported as a session fixture
 from tests.support.segments import MakeSegment, segment_factory
 
 
