@@ -37,6 +37,21 @@ from strata.errors import InvalidConfigError
 
 HOUR_MS = 60 * 60 * 1000
 
+def _rebalance_protocols(protocols: list[str]) -> str | None:
+    """Kafka's values are classic, consumer (KIP-848), share (KIP-932) and streams (KIP-1071), with classic
+    required. Strata's coordinator has only the classic protocol: a config naming another would be accepted
+    and silently not honoured, so it is refused until those protocols exist."""
+    unknown = [p for p in protocols if p not in ("classic", "consumer", "share", "streams")]
+    if unknown:
+        return f"{unknown[0]!r} is not one of classic, consumer, share, streams"
+    if "classic" not in protocols:
+        return "disabling the 'classic' protocol is not supported"
+    others = [p for p in protocols if p != "classic"]
+    if others:
+        return f"the {others[0]} group protocol is not supported by Strata's group coordinator (classic only)"
+    return None
+
+
 BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], None, "Where the broker accepts connections"),
     ConfigKey("advertised.listeners", "list", None, None, "What clients are told to connect to"),
@@ -59,6 +74,8 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("group.min.session.timeout.ms", "int", 6000, at_least(0), ""),
     ConfigKey("group.max.session.timeout.ms", "int", 1_800_000, at_least(0), ""),
     ConfigKey("group.max.size", "int", 2**31 - 1, at_least(1), ""),
+    ConfigKey("group.coordinator.rebalance.protocols", "list", ["classic"], _rebalance_protocols,
+              "The group protocols the coordinator speaks: classic only (KIP-848 and KIP-932 are not built yet)"),
     ConfigKey("offsets.topic.num.partitions", "int", 50, at_least(1), "Partitions of __consumer_offsets"),
     ConfigKey("offsets.topic.replication.factor", "int", 3, at_least(1),
               "Replication factor of __consumer_offsets in cluster mode (a single node uses 1)"),
@@ -114,7 +131,6 @@ IGNORED_KEYS = frozenset({
     "num.network.threads", "num.io.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
-    "group.coordinator.rebalance.protocols",
 })
 
 

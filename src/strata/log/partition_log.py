@@ -11,14 +11,14 @@ on, a segment leaves the local disk only once its last offset is in remote stora
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import IntEnum
 from pathlib import Path
 
 from strata.common import Clock, Scheduler, TopicPartition
 from strata.common.crashpoints import crash_point
 from strata.config import LogConfig
-from strata.errors import OffsetOutOfRangeError
+from strata.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
 from strata.log import retention
 from strata.log.checkpoints import fsync_dir
 from strata.log.errors import CleaningAbortedError
@@ -37,6 +37,7 @@ from strata.log.validator import (
     fast_plain_append,
     header_append_info,
 )
+from strata.protocol.records.batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +164,32 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"out of order append at {first} to {self.topic_partition}: log end offset is {self.log_end_offset}"
             )
-        return self._append(records, header_append_info(records, batches, len(records)), AppendOrigin.REPLICATION,
-                            now)
+        segment_bytes = self.config.segment_bytes
+        if len(records) <= segment_bytes or len(batches) == 1:
+            return self._append(records, header_append_info(records, batches, len(records)),
+                                AppendOrigin.REPLICATION, now)
+        # A fetch answer (up to replica.fetch.max.bytes) holds many batches; appended as one it would land in one
+        # segment, past segment.bytes. Appended in runs of whole batches that each fit, the follower rolls where
+        # the size says, as the leader did (Kafka's follower refuses such a chunk with RecordBatchTooLarge).
+        view = memoryview(records)
+        info = None
+        for start, end, run in _runs_within(batches, len(records), segment_bytes):
+            part = view[start:end]
+            rebased = [(pos - start, header) for pos, header in run]
+            appended = self._append(part, header_append_info(part, rebased, end - start), AppendOrigin.REPLICATION,
+                                    now)
+            if info is None:
+                info = appended
+            else:
+                info.last_offset = appended.last_offset
+                info.valid_bytes += appended.valid_bytes
+                info.batches.extend((pos + start, h) for pos, h in appended.batches)
+                if appended.max_timestamp > info.max_timestamp:
+                    info.max_timestamp = appended.max_timestamp
+                    info.offset_of_max_timestamp = appended.offset_of_max_timestamp
+        assert info is not None
+        info.chunks = [records]
+        return info
 
     def _append(self, buf: bytes | bytearray | memoryview, info: LogAppendInfo, origin: AppendOrigin,
                 now_ms: int, plain: bool = False) -> LogAppendInfo:
@@ -178,6 +203,12 @@ class PartitionLog:
             info.duplicate = True
             info.log_start_offset = self.log_start_offset
             return info
+        if info.valid_bytes > self.config.segment_bytes and origin is not AppendOrigin.REPLICATION:
+            # Kafka's UnifiedLog.append: one segment must be able to hold an append, or segment.bytes would be
+            # silently exceeded by every oversized batch (each one rolled into a segment of its own)
+            raise RecordBatchTooLargeError(
+                f"Message batch size is {info.valid_bytes} bytes in append to partition {self.topic_partition}, "
+                f"which exceeds the maximum configured segment size of {self.config.segment_bytes}.")
         self._maybe_roll(info.valid_bytes, info, now_ms)
         segment = self.local_log.segments.active
         self.local_log.append(info.last_offset, info.chunks, info.batches)
@@ -532,3 +563,19 @@ class PartitionLog:
         self.producer_state.take_snapshot()
         self.flush()
         self.local_log.close()
+
+
+def _runs_within(batches: list[tuple[int, BatchHeader]], total: int,
+                 limit: int) -> Iterator[tuple[int, int, list[tuple[int, BatchHeader]]]]:
+    """Consecutive runs of whole batches, each at most ``limit`` bytes (a larger batch is a run of its own):
+    ``(start, end, batches)`` with positions into the buffer the batches were parsed from."""
+    run: list[tuple[int, BatchHeader]] = []
+    start = 0
+    for i, (pos, header) in enumerate(batches):
+        end = batches[i + 1][0] if i + 1 < len(batches) else total
+        if run and end - start > limit:
+            yield start, pos, run
+            run, start = [], pos
+        run.append((pos, header))
+    if run:
+        yield start, total, run

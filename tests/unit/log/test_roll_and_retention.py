@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata.config import LogConfig
-from strata.errors import OffsetOutOfRangeError
+from strata.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
 from strata.protocol.records import BatchBuilder
 
 
@@ -31,6 +31,36 @@ def test_roll_on_segment_bytes(open_log, clock):
         plog.append_as_leader(batch(clock), leader_epoch=0)
     assert bases(plog) == [0, 3, 6, 9]
     assert [s.size for s in plog.segments] == [3 * size, 3 * size, 3 * size, size]
+
+
+def test_leader_refuses_an_append_larger_than_a_segment(open_log, clock):
+    # Kafka's RecordBatchTooLargeException: otherwise every oversized batch becomes a segment of its own
+    size = len(batch(clock))
+    plog = open_log(LogConfig(segment_bytes=2 * size))
+    plog.append_as_leader(batch(clock), leader_epoch=0)
+    with pytest.raises(RecordBatchTooLargeError, match=f"exceeds the maximum configured segment size of {2 * size}"):
+        plog.append_as_leader(batch(clock, n=3), leader_epoch=0)
+    assert plog.log_end_offset == 1 and [s.size for s in plog.segments] == [size]
+
+
+def test_follower_splits_a_fetched_chunk_at_segment_bytes(open_log, clock):
+    # segment.bytes lowered while the follower copies the leader's older, larger segments: one fetch answer
+    # (many whole batches) is appended in runs that each fit, so the follower still rolls at segment.bytes
+    chunk = bytearray()
+    for i in range(10):
+        b = BatchBuilder(base_offset=i)
+        b.append(b"v" * 100, key=b"k", timestamp=clock.milliseconds())
+        chunk += b.build()
+    size = len(chunk) // 10
+    big = BatchBuilder(base_offset=10)
+    for _ in range(4):
+        big.append(b"v" * 100, key=b"k", timestamp=clock.milliseconds())
+    chunk += big.build()  # a single batch above segment.bytes (the leader took it under a larger limit)
+    plog = open_log(LogConfig(segment_bytes=3 * size))
+    plog.append_as_follower(bytes(chunk))
+    assert bases(plog) == [0, 3, 6, 9, 10]
+    assert [s.size for s in plog.segments][:4] == [3 * size, 3 * size, 3 * size, size]
+    assert plog.log_end_offset == 14
 
 
 def test_roll_on_segment_ms_uses_batch_timestamps(open_log, clock):
