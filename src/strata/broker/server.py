@@ -127,7 +127,8 @@ class Broker:
         self.topics.load()
         self.logs = LogManager(config.log_dirs, self.topics.config, self.clock, self.scheduler,
                                remote_log_enabled_for=self.topics.remote_log_enabled)
-        self.replicas = ReplicaManager(config.node_id, self.logs, self.topics.config, self.clock)
+        self.replicas = ReplicaManager(config.node_id, self.logs, self.topics.config, self.clock,
+                                       partition_exists=self.topics.has_partition)
         self.dynamic_configs = DynamicBrokerConfigs(self)  # loaded and applied in start()
         self.producer_ids: ProducerIdManager | ClusterProducerIdManager = ProducerIdManager(config.log_dirs[0])
         self.view: ClusterView = SingleNodeView(self)

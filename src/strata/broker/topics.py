@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strata.common import TopicPartition
 from strata.config import LogConfig
 from strata.errors import ApiError, ErrorCode, InvalidConfigError
 from strata.log.checkpoints import atomic_write
@@ -99,6 +100,12 @@ class TopicRegistry:
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._by_id.get(topic_id)
+
+    def has_partition(self, tp: TopicPartition) -> bool:
+        """Kafka's ``metadataCache.contains(tp)``: the topic exists (in a cluster: anywhere in it) with that
+        partition index, whether or not this broker holds a replica of it."""
+        info = self._topics.get(tp.topic)
+        return info is not None and 0 <= tp.partition < info.partitions
 
     def config(self, name: str) -> LogConfig:
         """The topic's effective config: broker defaults with its overrides (cached)."""

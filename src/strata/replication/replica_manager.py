@@ -58,11 +58,13 @@ class IsrWriter(Protocol):
 
 class ReplicaManager:
     def __init__(self, node_id: int, logs: LogManager, config_for: Callable[[str], LogConfig],
-                 clock: Clock) -> None:
+                 clock: Clock, partition_exists: Callable[[TopicPartition], bool] | None = None) -> None:
         self.node_id = node_id
         self.logs = logs
         self.config_for = config_for
         self.clock = clock
+        # Kafka's metadataCache.contains: is the partition anywhere in the cluster (hosted here or not)?
+        self.partition_exists: Callable[[TopicPartition], bool] = partition_exists or (lambda tp: False)
         self.partitions: dict[TopicPartition, Partition] = {}
         self.isr_writer: IsrWriter | None = None
         # Called with (tp, transition, partition) after a role change: fetchers, coordinators, tiering.
@@ -74,8 +76,17 @@ class ReplicaManager:
     # -- topology -----------------------------------------------------------------------------
 
     def partition(self, tp: TopicPartition) -> Partition:
+        """A hosted partition, leader or follower; Kafka's ``getPartitionOrException`` when there is none.
+
+        A partition of the cluster this broker holds no replica of is NOT_LEADER_OR_FOLLOWER, which sends a
+        client back to its metadata for the partition's current leader (a request that reached a broker after
+        a reassignment moved the replica away, or a stale or wrong leader); UNKNOWN_TOPIC_OR_PARTITION only
+        when the partition exists nowhere, which a client may treat as final.
+        """
         part = self.partitions.get(tp)
         if part is None:
+            if self.partition_exists(tp):
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"Broker {self.node_id} holds no replica of {tp}")
             raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            f"This server does not host this topic-partition: {tp}")
         return part

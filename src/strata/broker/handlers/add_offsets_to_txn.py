@@ -4,7 +4,8 @@ The producer then sends TxnOffsetCommit to the group coordinator; the offsets be
 committed offsets only when the transaction commits (the marker on that partition applies them).
 
 With an authorizer, as in Kafka: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-then READ on the group (else GROUP_AUTHORIZATION_FAILED).
+then READ on the group (else GROUP_AUTHORIZATION_FAILED). A fenced producer is told PRODUCER_FENCED from v2,
+INVALID_PRODUCER_EPOCH before (:mod:`strata.broker.txn_errors`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
+from strata.broker.txn_errors import fenced_for_request
 from strata.common import TopicPartition
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC
 from strata.errors import ErrorCode
@@ -32,4 +34,4 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     tp = TopicPartition(OFFSETS_TOPIC, groups.partition_for(request.group_id))
     code = await ctx.broker.transactions.coordinator.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp])
-    return ctx.respond(throttle_time=0, error_code=code)
+    return ctx.respond(throttle_time=0, error_code=fenced_for_request(ctx, code))

@@ -2,7 +2,8 @@
 
 v0-v3 come from producers: one transaction, its partitions added in one write to
 ``__transaction_state``; an unknown topic or partition fails the request without adding anything
-(UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest, as Kafka answers).
+(UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest, as Kafka answers). A fenced
+producer is told PRODUCER_FENCED from v2, INVALID_PRODUCER_EPOCH before (:mod:`strata.broker.txn_errors`).
 v4 is broker-to-broker (KIP-890): a partition leader asks whether partitions are in a producer's
 open transaction (``verify_only``) before accepting its first transactional batch; v4 may also add
 partitions for several transactions at once.
@@ -21,6 +22,7 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS
+from strata.broker.txn_errors import fenced_for_request
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
@@ -67,7 +69,7 @@ async def _add(ctx: RequestContext, transactional_id: str | None, producer_id: i
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, wanted)
     code = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, wanted)
-    return dict.fromkeys(wanted, code)
+    return dict.fromkeys(wanted, fenced_for_request(ctx, code))
 
 
 @handles(ADD_PARTITIONS_TO_TXN, 0, 4)

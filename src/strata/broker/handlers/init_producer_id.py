@@ -5,6 +5,7 @@ request must reach the id's transaction coordinator (FindCoordinator), which bum
 every older producer of the id - and first aborts a transaction the id left open
 (:mod:`strata.coordinator.transaction.coordinator`). v3+ carries the producer id and epoch a producer
 already holds (KIP-360), so one that hit an abortable error can re-initialise without being fenced.
+A fenced producer is told PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before (:mod:`strata.broker.txn_errors`).
 
 With an authorizer, as in Kafka 3.x: a transactional id needs WRITE on it (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE
@@ -17,6 +18,7 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import millis
+from strata.broker.txn_errors import fenced_for_request
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 
@@ -42,8 +44,8 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     expected = (pid, epoch) if pid != -1 else None
     result = await txns.coordinator.init_producer_id(request.transactional_id, millis(request.transaction_timeout),
                                                      expected)
-    return ctx.respond(throttle_time=0, error_code=result.error_code, producer_id=result.producer_id,
-                       producer_epoch=result.producer_epoch)
+    return ctx.respond(throttle_time=0, error_code=fenced_for_request(ctx, result.error_code),
+                       producer_id=result.producer_id, producer_epoch=result.producer_epoch)
 
 
 def _refused(ctx: RequestContext, code: int) -> Any:

@@ -98,16 +98,10 @@ async def _max_timestamp(ctx: RequestContext, tp: TopicPartition, plog: Partitio
 
 
 def _replica_log(ctx: RequestContext, tp: TopicPartition) -> PartitionLog:
-    """Any local replica's log (the debugging consumer), as Kafka's ``getPartitionOrException`` fails:
-    NOT_LEADER_OR_FOLLOWER for a partition of the cluster this broker holds no replica of."""
-    plog = ctx.broker.replicas.local_log(tp)
-    if plog is not None:
-        return plog
-    info = ctx.broker.topics.get(tp.topic)
-    if info is not None and 0 <= tp.partition < info.partitions:
-        raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                       f"Broker {ctx.broker.replicas.node_id} holds no replica of {tp}")
-    raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host this topic-partition: {tp}")
+    """Any local replica's log (the debugging consumer); Kafka's ``getPartitionOrException`` fails it as
+    :meth:`ReplicaManager.partition` does (NOT_LEADER_OR_FOLLOWER for a partition of the cluster this broker
+    holds no replica of)."""
+    return ctx.broker.replicas.partition(tp).log
 
 
 async def _lookup(ctx: RequestContext, tp: TopicPartition, p: Any, committed: bool,
