@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv kcat zookeeper test soak run cluster demo bench lint clean conformance conformance-secure
+.PHONY: venv kcat zookeeper netns-tools test soak run cluster demo bench lint clean conformance conformance-secure
 
 venv: $(STAMP)
 
@@ -35,7 +35,18 @@ zookeeper:
 	    $$SUDO apt-get install -y -qq --no-install-recommends zookeeper libslf4j-java >/dev/null; } || \
 	    echo "zookeeper not installed"; }
 
-test: venv kcat zookeeper
+# iproute2 (ip netns, tc) and nftables (random packet loss) for the network-fault tests (tests/nemesis,
+# `make nemesis`); like kcat, installed with apt only as root or with passwordless sudo, else those tests skip.
+netns-tools:
+	@{ command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 && command -v nft >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "iproute2/nftables not installed (needs root or passwordless sudo)"; exit 0; fi; \
+	  { command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
+	    $$SUDO apt-get install -y -qq --no-install-recommends iproute2 nftables >/dev/null; } || \
+	    echo "iproute2/nftables not installed"; }
+
+test: venv kcat zookeeper netns-tools
 	$(PY) -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
 soak: venv zookeeper
@@ -82,7 +93,7 @@ bench: venv
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench nemesis
 	$(VENV)/bin/lint-imports
 
 clean:
