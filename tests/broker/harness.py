@@ -33,8 +33,13 @@ class BrokerProcess:
     are chosen here and kept across restarts: ``listener_ports``)."""
 
     def __init__(self, data_dir: Path, props: dict[str, str] | None = None,
-                 listeners: dict[str, str] | None = None) -> None:
+                 listeners: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 wrap: tuple[str, ...] = ()) -> None:
+        """``host``/``wrap``: the address it listens on and the command prefix that runs it (the nemesis
+        suite's network namespaces: ``ip netns exec NAME``, which execs, so the pid is the broker's)."""
         self.data_dir = data_dir
+        self.host = host
+        self.wrap = wrap
         self.props = {**TEST_DEFAULTS, **(props or {})}
         self.listeners = dict(listeners or {})
         self.listener_ports: dict[str, int] = {}
@@ -47,11 +52,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         assert self.port is not None, "broker not started"
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def address(self, listener: str) -> str:
         """``127.0.0.1:PORT`` of a named listener (``PLAINTEXT``: the bootstrap one)."""
-        return self.bootstrap if listener == "PLAINTEXT" else f"127.0.0.1:{self.listener_ports[listener]}"
+        return self.bootstrap if listener == "PLAINTEXT" else f"{self.host}:{self.listener_ports[listener]}"
 
     def start(self) -> BrokerProcess:
         """Start (or restart on the same port, so clients can reconnect) and wait for the ready line."""
@@ -65,8 +70,9 @@ class BrokerProcess:
         port = self.port = self.port or free_port()
         for name in self.listeners:
             self.listener_ports.setdefault(name, free_port())
-        endpoints = [f"PLAINTEXT://127.0.0.1:{port}"] + [f"{n}://127.0.0.1:{p}" for n, p in self.listener_ports.items()]
-        args = [sys.executable, "-m", "strata", "serve",
+        endpoints = ([f"PLAINTEXT://{self.host}:{port}"]
+                     + [f"{n}://{self.host}:{p}" for n, p in self.listener_ports.items()])
+        args = [*self.wrap, sys.executable, "-m", "strata", "serve",
                 "--set", f"log.dirs={self.data_dir / 'logs'}",
                 "--set", f"listeners={','.join(endpoints)}"]
         if self.listeners:

@@ -41,8 +41,9 @@ class _VerboseSubprocess:
 
     @staticmethod
     def Popen(args: list[str], *rest: Any, **kwargs: Any) -> subprocess.Popen[bytes]:  # noqa: N802
-        if args[3:4] == ["serve"]:
-            args = [*args[:4], "-v", *args[4:]]
+        if "serve" in args:  # after a namespace's ``ip netns exec NAME`` prefix, if any
+            i = args.index("serve") + 1
+            args = [*args[:i], "-v", *args[i:]]
         return subprocess.Popen(args, *rest, **kwargs)
 
 
@@ -61,7 +62,10 @@ class VerboseBrokerProcess(BrokerProcess):
 
 class Cluster:
     def __init__(self, zk_connect: str, base: Path, size: int = 3, props: dict[str, str] | None = None,
-                 verbose: bool = False, listeners: dict[str, str] | None = None) -> None:
+                 verbose: bool = False, listeners: dict[str, str] | None = None,
+                 placement: Callable[[int], tuple[str, tuple[str, ...]]] | None = None) -> None:
+        """``placement``: broker id -> (address, command prefix), for brokers in network namespaces
+        (the nemesis suite); default 127.0.0.1 in this namespace."""
         self.zk_connect = zk_connect
         self._admin: AdminClient | None = None
         self.brokers: dict[int, BrokerProcess] = {}
@@ -69,7 +73,8 @@ class Cluster:
         for broker_id in range(1, size + 1):
             b = process(base / f"broker-{broker_id}", {
                 **CLUSTER_DEFAULTS, "zookeeper.connect": zk_connect, "broker.id": str(broker_id), **(props or {})},
-                listeners=listeners)
+                listeners=listeners, **(dict(zip(("host", "wrap"), placement(broker_id), strict=True))
+                                        if placement else {}))
             b.port = free_port()  # fixed ports: a restarted broker comes back at the same address
             self.brokers[broker_id] = b
 
@@ -98,7 +103,7 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         """Every broker's fixed address: clients skip the ones that are down."""
-        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers.values())
+        return ",".join(f"{b.host}:{b.port}" for b in self.brokers.values())
 
     def admin(self) -> AdminClient:
         """One admin client kept for the cluster's life (a dropped client cancels its futures)."""

@@ -204,6 +204,8 @@ class Load:
             "message.timeout.ms": 300_000, "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100,
             "retry.backoff.ms": 10, "retry.backoff.max.ms": 100, "topic.metadata.refresh.interval.ms": 200,
             "log_level": 0, "error_cb": on_error, "compression.type": "none",
+            # a produce larger than segment.bytes is refused (RECORD_LIST_TOO_LARGE), as Kafka refuses it
+            "batch.size": SEGMENT_BYTES // 2,
         })
 
     def _deliver(self, err: Any, msg: Any) -> None:

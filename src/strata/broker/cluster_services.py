@@ -186,6 +186,8 @@ class ZkClusterView:
         if state is None:
             return PartitionView(-1, -1, replicas, (), offline)
         leader = state.leader if state.leader in live else -1
+        if leader == self._node.broker_id and not self._node.leadership_confirmed:
+            leader = -1  # cut off from ZooKeeper: another broker may lead now; clients ask again elsewhere
         return PartitionView(leader, state.leader_epoch, replicas, state.isr, offline)
 
 

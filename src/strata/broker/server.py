@@ -403,6 +403,8 @@ class Broker:
             raise ClusterError(str(e)) from None
         self.cluster_id = ensure_meta_properties(self.config.log_dirs, self.node_id, cluster_id)
         node.on_session_lost.append(self.replicas.fence_leaderships)
+        node.on_session_presumed_lost.append(self.replicas.fence_leaderships)
+        node.on_session_restored.append(self.replicas.unfence_leaderships)
         node.on_reregistered.append(member.refresh_leaderships)
         await node.start_metadata(member.listener())
         member.reconcile()

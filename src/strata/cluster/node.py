@@ -94,8 +94,13 @@ class ClusterNode:
         self._closing = False
         self._reregistering: asyncio.Task[Any] | None = None
         self._suspended = False
+        self._presume: asyncio.Task[Any] | None = None
+        # True from session_timeout after a disconnect until ZooKeeper is back: see _presume_expired
+        self.presumed_expired = False
         self.on_session_lost: list[Any] = []
         self.on_reregistered: list[Any] = []
+        self.on_session_presumed_lost: list[Any] = []  # session_timeout without ZooKeeper (_presume_expired)
+        self.on_session_restored: list[Any] = []  # the session survived a presumed expiry after all
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -147,8 +152,12 @@ class ClusterNode:
             self._suspended = True
             log.warning("lost the connection to ZooKeeper; serving on, the session survives if it comes back "
                         "within zookeeper.session.timeout.ms=%d", self.config.zookeeper_session_timeout_ms)
+            if self._presume is None or self._presume.done():
+                self._presume = self._spawn(self._presume_expired())
         elif state == SessionState.LOST:
             self._suspended = False
+            self._cancel_presumption()
+            self.presumed_expired = False
             log.warning("ZooKeeper session expired: this broker's registration and leaderships are gone; "
                         "acks=all appends are refused until it has re-registered")
             self.registered.clear()
@@ -160,9 +169,43 @@ class ClusterNode:
                 lifecycle.info("connected to ZooKeeper again; the session (and this broker's registration) "
                                "survived")
             self._suspended = False
+            self._cancel_presumption()
+            if self.presumed_expired and self.registered.is_set():
+                # the session outlived the disconnect: no other broker took over, the leaderships stand
+                self.presumed_expired = False
+                for fn in self.on_session_restored:
+                    fn()
             if not self.registered.is_set() and self.broker_epoch >= 0 and (
                     self._reregistering is None or self._reregistering.done()):
                 self._reregistering = self._spawn(self._reregister())
+
+    async def _presume_expired(self) -> None:
+        """A broker cut off from ZooKeeper learns that its session expired only when it reconnects (the
+        server expires it; the client cannot know). Meanwhile the controller, seeing the registration gone,
+        has elected other leaders, and a broker still reachable by clients would keep naming itself leader
+        in Metadata and keep taking writes it cannot commit: clients stay on it, and acknowledgements stop.
+        Once the session timeout has passed without ZooKeeper, the session is as good as expired: the
+        leaderships are fenced (writes refused with NOT_LEADER_OR_FOLLOWER, Metadata names no leader for
+        them), so clients go to the new leaders. A session that survived after all restores them."""
+        await asyncio.sleep(self.config.zookeeper_session_timeout_ms / 1000)
+        if self._closing or not self._suspended:
+            return
+        self.presumed_expired = True
+        log.warning("no ZooKeeper for zookeeper.session.timeout.ms=%d: the session is presumed expired and "
+                    "this broker's leaderships fenced until ZooKeeper confirms them",
+                    self.config.zookeeper_session_timeout_ms)
+        for fn in self.on_session_presumed_lost:
+            fn()
+
+    def _cancel_presumption(self) -> None:
+        if self._presume is not None and not self._presume.done():
+            self._presume.cancel()
+        self._presume = None
+
+    @property
+    def leadership_confirmed(self) -> bool:
+        """Whether this broker may name itself leader: registered on a live session, not presumed expired."""
+        return self.registered.is_set() and not self.presumed_expired
 
     async def _reregister(self) -> None:
         """Register again on the new session, then -- once the metadata mirror was read again on it, so

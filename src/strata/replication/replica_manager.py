@@ -195,11 +195,18 @@ class ReplicaManager:
         return transition
 
     def fence_leaderships(self) -> None:
-        """The ZooKeeper session expired: other leaders may have been elected meanwhile. Refuse acks=all
-        appends on every partition led here until a state read from the new session confirms it."""
+        """The ZooKeeper session expired (or is presumed so: no ZooKeeper for a session timeout): other
+        leaders may have been elected meanwhile. Refuse appends on every partition led here until a state
+        read from the new session confirms it."""
         for part in self.partitions.values():
             if part.is_leader:
                 part.fenced = True
+        self.wake_all()
+
+    def unfence_leaderships(self) -> None:
+        """The session survived a presumed expiry: the registration never went, nobody took over."""
+        for part in self.partitions.values():
+            part.fenced = False
         self.wake_all()
 
     def update_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
@@ -214,7 +221,7 @@ class ReplicaManager:
         """Append as leader. acks=all is refused before writing while the ISR is below
         ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), as Kafka refuses it."""
         part = self.leader_partition(tp)
-        if part.fenced and required_acks == -1:
+        if part.fenced:  # acks=1 too: a write the new leader never sees is lost; send the client there
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"Broker {self.node_id} lost its ZooKeeper session: its leadership of {tp} is not confirmed")
         if required_acks == -1:

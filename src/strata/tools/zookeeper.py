@@ -69,9 +69,9 @@ def free_port() -> int:
     raise RuntimeError(f"no free 127.0.0.1 port in {floor}..{low - 1}")
 
 
-def four_letter(port: int, cmd: str = "srvr", timeout_s: float = 0.5) -> str:
+def four_letter(port: int, cmd: str = "srvr", timeout_s: float = 0.5, host: str = "127.0.0.1") -> str:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        with socket.create_connection((host, port), timeout=timeout_s) as s:
             s.sendall(cmd.encode())
             chunks = []
             while chunk := s.recv(4096):
@@ -83,7 +83,11 @@ def four_letter(port: int, cmd: str = "srvr", timeout_s: float = 0.5) -> str:
 
 @dataclass
 class ZooKeeperServer:
-    """One server; ``peers`` (id -> (quorum port, election port)) makes it an ensemble member."""
+    """One server; ``peers`` (id -> (quorum port, election port)) makes it an ensemble member.
+
+    ``host`` is the address it binds (127.0.0.1, or its network namespace's in the nemesis suite, with
+    ``wrap`` the command prefix that runs it there: ``ip netns exec NAME``); ``peer_hosts`` the members'.
+    """
 
     directory: Path
     port: int = 0
@@ -91,6 +95,9 @@ class ZooKeeperServer:
     myid: int | None = None
     peers: dict[int, tuple[int, int]] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    wrap: tuple[str, ...] = ()
+    peer_hosts: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory)
@@ -99,7 +106,7 @@ class ZooKeeperServer:
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -109,11 +116,11 @@ class ZooKeeperServer:
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
         lines = [f"tickTime={self.tick_ms}", "initLimit=10", "syncLimit=5", f"dataDir={data}",
-                 f"clientPort={self.port}", "clientPortAddress=127.0.0.1", "admin.enableServer=false",
+                 f"clientPort={self.port}", f"clientPortAddress={self.host}", "admin.enableServer=false",
                  "4lw.commands.whitelist=ruok,srvr,mntr,stat", f"minSessionTimeout={2 * self.tick_ms}",
                  "maxSessionTimeout=60000", "autopurge.purgeInterval=0"]
         for sid, (quorum, election) in sorted(self.peers.items()):
-            lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
+            lines.append(f"server.{sid}={self.peer_hosts.get(sid, '127.0.0.1')}:{quorum}:{election}")
         if self.peers:
             (data / "myid").write_text(f"{self.myid}\n")
         cfg = self.directory / "zoo.cfg"
@@ -130,7 +137,7 @@ class ZooKeeperServer:
         classpath = f"{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}" if SLF4J_SIMPLE.exists() else str(ZOOKEEPER_JAR)
         out = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
         try:
-            self.process = subprocess.Popen(["java", *JVM_FLAGS, "-cp", classpath, main, str(cfg)],
+            self.process = subprocess.Popen([*self.wrap, "java", *JVM_FLAGS, "-cp", classpath, main, str(cfg)],
                                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             cwd=self.directory, start_new_session=True)
         finally:
@@ -138,7 +145,7 @@ class ZooKeeperServer:
         return self
 
     def mode(self) -> str | None:
-        reply = four_letter(self.port)
+        reply = four_letter(self.port, host=self.host)
         if "Mode:" not in reply:
             return None
         return reply.split("Mode:", 1)[1].split()[0]
@@ -179,18 +186,23 @@ class ZooKeeperServer:
 
 @dataclass
 class ZooKeeperEnsemble:
-    """``size`` servers on 127.0.0.1 forming one quorum."""
+    """``size`` servers forming one quorum, on 127.0.0.1 or each at ``hosts[i]`` run through ``wraps[i]``."""
 
     directory: Path
     size: int = 3
     tick_ms: int = 500
     servers: list[ZooKeeperServer] = field(default_factory=list)
+    hosts: list[str] | None = None
+    wraps: list[tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory)
         if not self.servers:
             peers = {i: (free_port(), free_port()) for i in range(1, self.size + 1)}
-            self.servers = [ZooKeeperServer(self.directory / f"zk{i}", tick_ms=self.tick_ms, myid=i, peers=peers)
+            hosts = {i: self.hosts[i - 1] if self.hosts else "127.0.0.1" for i in peers}
+            self.servers = [ZooKeeperServer(self.directory / f"zk{i}", tick_ms=self.tick_ms, myid=i, peers=peers,
+                                            host=hosts[i], wrap=self.wraps[i - 1] if self.wraps else (),
+                                            peer_hosts=hosts)
                             for i in peers]
 
     @property

@@ -1,0 +1,96 @@
+"""A 3-broker cluster on a 3-node ZooKeeper ensemble, every process in a network namespace of its own:
+the nemesis suite's set-up, and the first fault it found (issue 26 item 4): a leader cut off from
+ZooKeeper, still reachable by clients, kept naming itself leader and taking writes it could not commit.
+
+Root only (``nemesis.net.available``); skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.cluster.harness import Cluster, wait_until
+
+from nemesis import net
+from strata.tools.zookeeper import ZooKeeperEnsemble, zookeeper_available
+
+REASON = net.available() or (None if zookeeper_available() else "ZooKeeper is not installed")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nemesis cluster: {REASON}")
+
+ZK = ["zk1", "zk2", "zk3"]
+BROKERS = ["b1", "b2", "b3"]
+TOPIC = "nem"
+
+
+@pytest.fixture
+def netns_cluster(tmp_path: Path) -> Iterator[tuple[net.Lab, Cluster]]:
+    with net.Lab([*ZK, *BROKERS]) as lab:
+        ensemble = ZooKeeperEnsemble(tmp_path / "zk", hosts=[lab.address(z) for z in ZK],
+                                     wraps=[tuple(lab.command(z, [])) for z in ZK])
+        ensemble.start()
+        try:
+            ensemble.wait_ready(90)
+            cluster = Cluster(f"{ensemble.connect}/strata", tmp_path, placement=lambda i: (
+                lab.address(f"b{i}"), tuple(lab.command(f"b{i}", []))))
+            cluster.start()
+            try:
+                yield lab, cluster
+            finally:
+                lab.heal()
+                cluster.stop()
+        finally:
+            ensemble.stop()
+
+
+def leader_seen_by(cluster: Cluster, broker: int) -> int:
+    """The leader of the partition in the Metadata answer of ``broker`` alone."""
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[broker].bootstrap})
+    return admin.list_topics(TOPIC, timeout=5).topics[TOPIC].partitions[0].leader
+
+
+def acked_within(bootstrap: str, timeout_s: float) -> bool:
+    errors: list[object] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout_s * 1000),
+                  "enable.idempotence": True})
+    p.produce(TOPIC, value=b"v", partition=0, on_delivery=lambda e, _m: errors.append(e))
+    p.flush(timeout_s + 5)
+    return errors == [None]
+
+
+def test_a_leader_cut_off_from_zookeeper_stops_leading_and_clients_move(
+        netns_cluster: tuple[net.Lab, Cluster]) -> None:
+    lab, cluster = netns_cluster
+    cluster.admin().create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
+    cluster.wait_full_isr(TOPIC)
+    assert acked_within(cluster.bootstrap, 20)
+
+    # The leader loses ZooKeeper, not its clients or its followers. After its session timeout it stops naming
+    # itself leader (it cannot know who leads now); the controller elects another replica; writes are
+    # acknowledged again through the new leader.
+    leader = cluster.leader_of(TOPIC, 0)
+    lab.partition([f"b{leader}"], ZK)
+    t = time.monotonic()
+    wait_until(lambda: leader_seen_by(cluster, leader) == -1, 30, "the cut-off leader to stop naming itself")
+    other = next(b for b in cluster.brokers if b != leader)
+    wait_until(lambda: leader_seen_by(cluster, other) not in (leader, -1), 60, "a new leader")
+    assert acked_within(cluster.bootstrap, 30)
+    moved_s = time.monotonic() - t
+    lab.heal()
+    wait_until(lambda: sorted(cluster.metadata(TOPIC).partitions[0].isrs) == [1, 2, 3], 60, "full ISR again")
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": TOPIC, "isolation.level": "read_committed"})
+    c.assign([TopicPartition(TOPIC, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == [b"v", b"v"], got
+    assert moved_s < 45, moved_s
