@@ -191,8 +191,10 @@ def test_per_broker_configs_apply_live_are_reported_and_survive_a_restart(dyn_br
     errors = _produce(dyn_broker.bootstrap, "dyn-inherit", [big, b"after restart"])
     assert errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE and errors[1] is None
 
-    # DELETE gives the static/default value back, at once
-    assert _result(_incremental(admin, "1", ("message.max.bytes", None, AlterConfigOpType.DELETE))) is None
+    # DELETE gives the static/default value back, at once (log.segment.bytes too: a batch larger than a segment is
+    # refused, as Kafka's UnifiedLog.append refuses it)
+    assert _result(_incremental(admin, "1", ("message.max.bytes", None, AlterConfigOpType.DELETE),
+                                ("log.segment.bytes", None, AlterConfigOpType.DELETE))) is None
     mmb = _describe(admin, ResourceType.BROKER, "1")["message.max.bytes"]
     assert (mmb.value, mmb.source) == ("1048588", DEFAULT_SRC)
     assert _produce(dyn_broker.bootstrap, "dyn-inherit", [big]) == [None]
@@ -305,3 +307,82 @@ def test_cluster_wide_defaults_apply_below_per_broker_values_and_survive_a_resta
     (r,) = resp.responses
     assert (int(r.error_code), r.error_message) == (INVALID_REQUEST,
                                                     "Cannot update these configs dynamically: Set(log.dirs)")
+
+
+# -- custom configs: names that are no broker config ---------------------------------------------
+
+UNKNOWN_SERVER_ERROR = -1
+
+
+def _custom_entry(result: Any, name: str) -> tuple[str | None, int, bool, bool, int, list[tuple[str, str | None, int]]]:
+    """(value, source, read-only, sensitive, config type, synonyms) of one entry of a raw DescribeConfigs answer."""
+    (entry,) = [e for e in result.configs if e.name == name]
+    return (entry.value, int(entry.config_source), bool(entry.read_only), bool(entry.is_sensitive),
+            int(entry.config_type), [(s.name, s.value, int(s.source)) for s in entry.synonyms])
+
+
+def test_unknown_names_are_stored_as_custom_configs_that_change_nothing(dyn_broker: BrokerProcess) -> None:
+    """Kafka (``DynamicConfig.Broker.validate(customPropsAllowed = true)``) refuses only known static keys; a name
+    that is no broker config (``cleanup.policy`` is a topic config, the broker's is ``log.cleanup.policy``) is a custom
+    config: accepted, validate_only included, stored, described as read-only and sensitive (Kafka knows no type for
+    it), kept across a restart, deleted like any dynamic config, and used by nothing."""
+    admin = _admin(dyn_broker)
+    assert _result(_incremental(admin, "1", ("cleanup.policy", "compact", AlterConfigOpType.SET),
+                                validate_only=True)) is None
+    assert "cleanup.policy" not in _describe(admin, ResourceType.BROKER, "1")
+    assert _result(_incremental(admin, "1", ("cleanup.policy", "compact", AlterConfigOpType.SET),
+                                ("my.plugin.secret", "s3cr3t", AlterConfigOpType.SET),
+                                ("log.retention.ms", str(5 * HOUR_MS), AlterConfigOpType.SET))) is None
+    with WireClient(dyn_broker.bootstrap) as c:  # the cluster-wide default, as kafka-configs --entity-default sends
+        resp = c.call(INCREMENTAL_ALTER_CONFIGS, 1, resources=[{"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "my.cluster.setting", "config_operation": 0, "value": "on"}]}], validate_only=False)
+        assert [(int(r.error_code), r.error_message) for r in resp.responses] == [(0, None)]
+        resp = c.call(INCREMENTAL_ALTER_CONFIGS, 1, resources=[{"resource_type": 4, "resource_name": "1", "configs": [
+            {"name": "my.plugin.secret", "config_operation": 2, "value": "more"}]}], validate_only=False)
+        assert [int(r.error_code) for r in resp.responses] == [UNKNOWN_SERVER_ERROR]  # APPEND: Kafka's lookup throws
+
+    def check_described() -> None:
+        broker = _describe(admin, ResourceType.BROKER, "1")
+        for name, source in (("cleanup.policy", DYN_BROKER), ("my.plugin.secret", DYN_BROKER),
+                             ("my.cluster.setting", DYN_DEFAULT)):
+            e = broker[name]
+            assert (e.value, e.source, e.is_read_only, e.is_sensitive) == (None, source, True, True), name
+        assert broker["log.retention.ms"].value == str(5 * HOUR_MS)  # the known key beside them applies
+        raw = _wire_describe(dyn_broker, "1", ["cleanup.policy", "my.cluster.setting"])
+        assert _custom_entry(raw, "cleanup.policy") == (None, DYN_BROKER, True, True, 0,
+                                                        [("cleanup.policy", None, DYN_BROKER)])
+        assert _custom_entry(raw, "my.cluster.setting") == (None, DYN_DEFAULT, True, True, 0,
+                                                            [("my.cluster.setting", None, DYN_DEFAULT)])
+        default = _wire_describe(dyn_broker, "")
+        assert [e.name for e in default.configs] == ["my.cluster.setting"]
+        assert _custom_entry(default, "my.cluster.setting")[:4] == (None, DYN_DEFAULT, True, True)
+
+    check_described()
+    stored = json.loads((dyn_broker.data_dir / "logs" / "strata-dynamic-broker-configs.json").read_text())
+    assert stored["brokers"] == {"<default>": {"my.cluster.setting": "on"}, "1": {
+        "cleanup.policy": "compact", "log.retention.ms": str(5 * HOUR_MS), "my.plugin.secret": "s3cr3t"}}
+    assert "s3cr3t" not in dyn_broker.log_path.read_text(errors="replace")  # never logged (Kafka's loggableValue)
+
+    # never in force: a new topic still gets the broker's log.cleanup.policy (delete), not the custom key's compact
+    _result(admin.create_topics([NewTopic("custom-plain", 1, 1)], operation_timeout=TIMEOUT_S)["custom-plain"])
+    policy = _describe(admin, ResourceType.TOPIC, "custom-plain")["cleanup.policy"]
+    assert (policy.value, policy.source) == ("delete", DEFAULT_SRC)
+    assert _produce(dyn_broker.bootstrap, "custom-plain", [b"no key, so refused by a compacted topic"]) == [None]
+
+    dyn_broker.restart()
+    admin = _admin(dyn_broker)
+    check_described()
+
+    # deleted like any dynamic config: one by one, or with the whole set (legacy AlterConfigs)
+    assert _result(_incremental(admin, "1", ("cleanup.policy", None, AlterConfigOpType.DELETE))) is None
+    broker = _describe(admin, ResourceType.BROKER, "1")
+    assert "cleanup.policy" not in broker and broker["my.plugin.secret"].source == DYN_BROKER
+    assert _result(_legacy(admin, "1", {"log.retention.ms": str(5 * HOUR_MS)})) is None
+    assert "my.plugin.secret" not in _describe(admin, ResourceType.BROKER, "1")
+    with WireClient(dyn_broker.bootstrap) as c:
+        resp = c.call(ALTER_CONFIGS, 2, resources=[{"resource_type": 4, "resource_name": "", "configs": []}],
+                      validate_only=False)
+    assert [int(r.error_code) for r in resp.responses] == [0]
+    assert list(_wire_entries(_wire_describe(dyn_broker, ""))) == []
+    stored = json.loads((dyn_broker.data_dir / "logs" / "strata-dynamic-broker-configs.json").read_text())
+    assert stored["brokers"] == {"<default>": {}, "1": {"log.retention.ms": str(5 * HOUR_MS)}}

@@ -138,3 +138,74 @@ def test_a_cluster_default_set_through_one_broker_applies_on_every_broker(zk_con
                    == ("1048588", DEFAULT_SRC), TIMEOUT_S, "the default removed on broker 1")
         wait_until(lambda: all(_produce(cluster.bootstrap, "dyn-cluster", p, big) is None for p in (0, 1)),
                    TIMEOUT_S, "big batches accepted again")
+
+
+def _custom(admin: AdminClient, name: str, key: str) -> tuple[str | None, int, bool, bool] | None:
+    """(value, source, sensitive, read-only) of a key of a BROKER resource, None when the broker does not report it."""
+    entry = _describe(admin, ResourceType.BROKER, name).get(key)
+    return None if entry is None else (entry.value, entry.source, entry.is_sensitive, entry.is_read_only)
+
+
+def test_custom_broker_configs_live_in_zookeeper_reach_every_broker_and_change_nothing(zk_connect: str,
+                                                                                        tmp_path: Path) -> None:
+    """Kafka's ZkAdminManager stores a name that is no broker config (a custom config) in /config/brokers/<id> or
+    /config/brokers/<default> like a dynamic one: every broker reports it (no value: sensitive, Kafka knows no type),
+    it survives a restart and is deleted like the others, and no broker uses it."""
+    with running_cluster(zk_connect, tmp_path, size=2) as cluster:
+        admin = cluster.admin()
+        res = ConfigResource(ResourceType.BROKER, "2", incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("my.plugin.setting", "x", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S, validate_only=True)[res].result(TIMEOUT_S)
+        two = _admin_of(cluster, 2)
+        assert _custom(two, "2", "cleanup.policy") is None
+        admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+        assert _zk_json(zk_connect, "/config/brokers/2")[0] == {
+            "version": 1, "config": {"cleanup.policy": "compact", "my.plugin.setting": "x"}}
+
+        # the cluster-wide default through broker 1 (kafka-configs --entity-default: the legacy AlterConfigs on "")
+        done = subprocess.run([sys.executable, "-m", "strata", "configs", "--bootstrap-server",
+                               cluster.brokers[1].bootstrap, "--entity-type", "brokers", "--entity-default",
+                               "--alter", "--add-config", "my.cluster.setting=on"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        config, changes = _zk_json(zk_connect, "/config/brokers/<default>")
+        assert config == {"version": 1, "config": {"my.cluster.setting": "on"}}
+        assert {"version": 2, "entity_path": "brokers/<default>"} in changes
+        for broker_id in (1, 2):
+            own = _admin_of(cluster, broker_id)
+            wait_until(lambda own=own, broker_id=broker_id: _custom(own, str(broker_id), "my.cluster.setting")
+                       == (None, DYN_DEFAULT, True, True), TIMEOUT_S, f"the custom default on broker {broker_id}")
+        assert _custom(two, "2", "cleanup.policy") == (None, DYN_BROKER, True, True)
+        assert _custom(_admin_of(cluster, 1), "1", "cleanup.policy") is None  # broker 2's own, not broker 1's
+
+        # used by nothing: a new topic led by either broker keeps the broker's log.cleanup.policy (delete)
+        admin.create_topics([NewTopic("custom-cluster", 2, 2)], operation_timeout=TIMEOUT_S)["custom-cluster"].result(
+            TIMEOUT_S)
+        cluster.wait_full_isr("custom-cluster")
+        for broker_id in (1, 2):
+            assert _source(_admin_of(cluster, broker_id), ResourceType.TOPIC, "custom-cluster", "cleanup.policy") == (
+                "delete", DEFAULT_SRC)
+        for partition in (0, 1):  # a keyless record, which a compacted topic would refuse
+            assert _produce(cluster.bootstrap, "custom-cluster", partition, b"no key") is None
+
+        cluster.brokers[2].restart()
+        wait_until(lambda: _custom(_admin_of(cluster, 2), "2", "cleanup.policy") == (None, DYN_BROKER, True, True),
+                   30, "broker 2 back with its custom config")
+        two = _admin_of(cluster, 2)  # a client connected after the restart (the old one may still be reconnecting)
+        assert _custom(two, "2", "my.cluster.setting") == (None, DYN_DEFAULT, True, True)
+
+        # deleted like any dynamic config, the default through broker 2 this time
+        res = ConfigResource(ResourceType.BROKER, "2", incremental_configs=[
+            ConfigEntry("cleanup.policy", None, incremental_operation=AlterConfigOpType.DELETE)])
+        two.incremental_alter_configs([res], request_timeout=TIMEOUT_S)[res].result(TIMEOUT_S)
+        assert _zk_json(zk_connect, "/config/brokers/2")[0] == {"version": 1, "config": {"my.plugin.setting": "x"}}
+        done = subprocess.run([sys.executable, "-m", "strata", "configs", "--bootstrap-server",
+                               cluster.brokers[2].bootstrap, "--entity-type", "brokers", "--entity-default",
+                               "--alter", "--delete-config", "my.cluster.setting"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert _zk_json(zk_connect, "/config/brokers/<default>")[0] == {"version": 1, "config": {}}
+        one = _admin_of(cluster, 1)
+        wait_until(lambda: _custom(one, "1", "my.cluster.setting") is None, TIMEOUT_S, "the default gone on broker 1")
+        assert _custom(two, "2", "cleanup.policy") is None

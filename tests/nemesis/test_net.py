@@ -133,7 +133,7 @@ def test_slow_link_caps_what_a_node_sends(lab: net.Lab) -> None:
 @pytest.mark.skipif(not net.nft_available(), reason="nft (nftables) is not installed: apt-get install nftables")
 def test_loss_drops_a_share_of_packets(lab: net.Lab) -> None:
     def answered(n: int) -> int:
-        """Connections whose SYN-ACK (a packet ``a`` sends) came back within 0.5 s (the SYN is resent after 1 s), of ``n``."""
+        """Connections of ``n`` whose SYN-ACK (sent by ``a``) came back within 0.5 s (a SYN is resent after 1 s)."""
         ok = 0
         for _ in range(n):
             try:

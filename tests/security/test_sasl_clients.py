@@ -258,6 +258,30 @@ def test_scram_credentials_are_described_and_deleted(sasl_broker: BrokerProcess)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
 
 
+def test_describing_scram_credentials_of_every_user_with_a_null_or_an_empty_list(sasl_broker: BrokerProcess) -> None:
+    """Kafka describes every user when ``users`` is null or empty; librdkafka's "all users" is the empty array
+    (``describe_user_scram_credentials()`` sends ``users=[]`` at v0), which must not describe nobody."""
+    admin = AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    described = admin.describe_user_scram_credentials().result(30)
+    for user in USERS:  # other tests of this module may add users of their own
+        assert [(i.mechanism, i.iterations) for i in described[user].scram_credential_infos] == [
+            (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 4096)]
+    with WireClient(sasl_broker.bootstrap) as w:
+        answers = {str(users): w.call(50, 0, users=users) for users in (None, [])}
+        named = w.call(50, 0, users=[{"name": "bob"}, {"name": "nobody"}, {"name": ""}])
+    for users, r in answers.items():
+        assert (r.error_code, r.error_message) == (0, None), users
+        results = {x.user: (x.error_code, [(c.mechanism, c.iterations) for c in x.credential_infos])
+                   for x in r.results}
+        assert [x.user for x in r.results] == sorted(results), users  # sorted by name, as Kafka answers
+        for user in USERS:
+            assert results[user] == (0, [(1, 4096), (2, 4096)]), users
+    assert [(x.user, x.error_code, x.error_message) for x in named.results] == [
+        ("bob", 0, None),
+        ("nobody", 91, "Attempt to describe a user credential that does not exist: nobody"),  # RESOURCE_NOT_FOUND
+        ("", 91, "Username must not be empty")]
+
+
 def test_too_few_iterations_are_refused(sasl_broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
     fut = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(

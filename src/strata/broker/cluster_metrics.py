@@ -15,7 +15,11 @@ so dashboards and alerts written for a ZooKeeper-mode Kafka cluster work unchang
   ``kafka.server:type=SessionExpireListener,name=ZooKeeperExpiresPerSec``;
 * cluster mode: ``kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica`` and, per
   followed partition, ``kafka.server:type=FetcherLagMetrics,name=ConsumerLag`` with the labels
-  ``clientId`` (``ReplicaFetcherThread-0-<leader id>``), ``topic`` and ``partition``.
+  ``clientId`` (``ReplicaFetcherThread-<fetcher id>-<leader id>``), ``topic`` and ``partition``;
+* cluster mode, per replica fetcher: ``kafka.server:type=FetcherStats,name=RequestsPerSec`` and
+  ``BytesPerSec`` (registered by :class:`strata.replication.fetcher.ReplicaFetcherManager`);
+* ``kafka.server:type=LeaderReplication`` and ``FollowerReplication``, attribute ``byte-rate``
+  (``kafka_server_LeaderReplication_byte_rate``): the replication throttles' measured rates (KIP-73).
 
 As in Kafka, the controller gauges read 0 on every broker but the active controller, so a sum over
 the cluster is the cluster's value (``sum(ActiveControllerCount) == 1`` is the classic alert).
@@ -36,7 +40,8 @@ from collections.abc import Callable
 from strata.cluster.node import ClusterNode
 from strata.common import TopicPartition
 from strata.common.metrics import Registry, prometheus_name
-from strata.replication.fetcher import ReplicaFetcherManager
+from strata.quota.replication import ReplicationQuotas
+from strata.replication.fetcher import ReplicaFetcherManager, fetcher_name
 from strata.replication.partition import Partition
 from strata.replication.replica_manager import ReplicaManager
 
@@ -69,9 +74,15 @@ ZK_EXPIRES = prometheus_name("kafka.server:type=SessionExpireListener,name=ZooKe
 MAX_LAG_LABELS = {"clientId": "Replica"}
 
 
-def fetcher_client_id(leader: int) -> str:
-    """Kafka's replica fetcher thread name, the ``clientId`` of its lag metrics (one fetcher per leader)."""
-    return f"ReplicaFetcherThread-0-{leader}"
+def fetcher_client_id(leader: int, fetcher_id: int = 0) -> str:
+    """Kafka's replica fetcher thread name, the ``clientId`` of its lag metrics."""
+    return fetcher_name(fetcher_id, leader)
+
+
+def replication_byte_rate(replication_type: str) -> str:
+    """``kafka.server:type=LeaderReplication`` / ``FollowerReplication``, attribute ``byte-rate``, as the JMX
+    exporter names it (the client quota metrics' scheme: ``kafka_server_Fetch_byte_rate``)."""
+    return f"kafka_server_{replication_type}_byte_rate"
 
 
 class ClusterMetrics:
@@ -123,8 +134,15 @@ class ClusterMetrics:
             registry.gauge(MAX_LAG, "Largest lag in records of a partition this broker follows.", MAX_LAG_LABELS,
                            fn=lambda: max(fetchers.lag().values(), default=0))
             replicas.on_transition.append(self._on_transition)
+            fetchers.on_resize.append(self._on_resize)
             for tp, part in list(replicas.partitions.items()):
                 self._track_lag(tp, part)
+
+    def register_replication_quotas(self, quotas: ReplicationQuotas) -> None:
+        """The byte-rate of each replication throttle (the bytes of throttled partitions, Kafka's sensor)."""
+        for quota in (quotas.leader, quotas.follower):
+            self.registry.gauge(replication_byte_rate(quota.replication_type),
+                                f"Tracking byte-rate for {quota.replication_type}", fn=quota.measure)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -156,11 +174,17 @@ class ClusterMetrics:
     def _on_transition(self, tp: TopicPartition, _transition: str, part: Partition) -> None:
         self._track_lag(tp, part)
 
+    def _on_resize(self) -> None:
+        """``num.replica.fetchers`` changed: partitions moved to other fetchers, their series are relabelled."""
+        for tp, part in list(self.replicas.partitions.items()):
+            self._track_lag(tp, part)
+
     def _track_lag(self, tp: TopicPartition, part: Partition) -> None:
         """One ConsumerLag series per followed partition, labelled with its leader's fetcher."""
         following = (self.replicas.partitions.get(tp) is part and not part.is_leader and part.leader >= 0)
-        wanted = ({"clientId": fetcher_client_id(part.leader), "topic": tp.topic, "partition": str(tp.partition)}
-                  if following else None)
+        fid = self.fetchers.fetcher_id(tp) if self.fetchers is not None else 0
+        wanted = ({"clientId": fetcher_client_id(part.leader, fid), "topic": tp.topic,
+                   "partition": str(tp.partition)} if following else None)
         current = self._lag_series.get(tp)
         if current == wanted:
             return
@@ -179,8 +203,7 @@ class ClusterMetrics:
         part = self.replicas.partitions.get(tp)
         if fetchers is None or part is None or part.is_leader:
             return None
-        fetcher = fetchers.fetchers.get(part.leader)
-        state = fetcher.partitions.get(tp) if fetcher is not None else None
+        state = fetchers.fetch_state(tp)
         if state is None:
             return None
         return max(0, state.leader_high_watermark - part.log.log_end_offset)

@@ -27,15 +27,17 @@ every chain: this broker's (``DYNAMIC_BROKER_CONFIG``, resource ``"1"``), then t
 (``DYNAMIC_DEFAULT_BROKER_CONFIG``, resource ``""``). They reach the views through the broker's
 ``BrokerConfig`` (``dynamic_broker_configs`` / ``dynamic_default_configs``); without them every chain is
 exactly the static one. Dynamic keys (Kafka's ``AllDynamicConfigs``) are reported writable
-(``read_only=false``) by a broker that can change them; everything else is read-only, and altering it
-is refused with Kafka's "Cannot update these configs dynamically". Topic overrides are replaced
+(``read_only=false``) by a broker that can change them; everything else is read-only, and altering a
+known key among them is refused with Kafka's "Cannot update these configs dynamically". A name that is no
+broker config is a custom config (Kafka's): stored and reported like a dynamic one, read-only and sensitive
+(Kafka knows no type for it), applied to nothing. Topic overrides are replaced
 (AlterConfigs) or edited (IncrementalAlterConfigs SET/DELETE/APPEND/SUBTRACT) here, validated by the
 caller with ``TopicRegistry.check_configs``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -49,13 +51,16 @@ from strata.config.broker_config import (
     DYNAMIC_ONLY_CONFIG_DEF,
     DYNAMIC_ONLY_TOPIC_SYNONYMS,
     IGNORED_KEYS,
+    KNOWN_BROKER_CONFIGS,
     BrokerConfig,
     broker_config_key,
     broker_config_synonyms,
+    broker_config_type_known,
+    listener_config_base,
     merge_dynamic_configs,
 )
 from strata.config.log_config import LOG_CONFIG_DEF, TOPIC_CONFIG_ALIASES, LogConfig, canonical_topic_configs
-from strata.config.security_config import LISTENER_PREFIX, is_sensitive
+from strata.config.security_config import is_sensitive
 from strata.errors import ApiError, ErrorCode, InvalidConfigError
 
 if TYPE_CHECKING:
@@ -348,8 +353,9 @@ class ConfigViews:
                                   _hidden(chain) if sensitive else tuple(chain), key.doc or None,
                                   is_sensitive=sensitive))
         out.extend(self._listener_configs(effective))
-        out.extend(self._plugin_configs())
-        dynamic_only = {n for n in (*self.dynamic_broker, *self.dynamic_default) if n not in BROKER_CONFIG_DEF.keys}
+        dynamic_only = {n for n in (*self.dynamic_broker, *self.dynamic_default)
+                        if n not in BROKER_CONFIG_DEF.keys and listener_config_base(n) is None}
+        out.extend(v for v in self._plugin_configs() if v.name not in dynamic_only)  # a custom one of that name wins
         for name in sorted((set(self.static) & IGNORED_KEYS) | dynamic_only):
             if name in dynamic_only:
                 out.append(self._dynamic_only_view(name, self._config_synonyms(name)))
@@ -363,15 +369,17 @@ class ConfigViews:
         return out
 
     def _listener_configs(self, effective: Mapping[str, str]) -> list[ConfigView]:
-        """``listener.name.<listener>.<key>`` settings (per-listener TLS and SASL), secrets reported as null."""
+        """``listener.name.<listener>.<key>`` settings (per-listener TLS and SASL), secrets reported as null, as are
+        custom ones whose ``<key>`` has no type (Kafka's ``maybeSensitive``)."""
         out = []
-        for name in sorted(k for k in effective if k.startswith(LISTENER_PREFIX)):
-            sensitive = is_sensitive(name)
+        for name in sorted(k for k in effective if listener_config_base(k) is not None):
+            typed = broker_config_type_known(name)
+            sensitive = is_sensitive(name) or not typed
             key = broker_config_key(name)
             chain = self._static_chain([name])
             source = chain[0].source if chain else ConfigSource.STATIC_BROKER_CONFIG
             out.append(ConfigView(name, None if sensitive else effective[name], source, self._read_only(name),
-                                  ConfigType.PASSWORD if sensitive else
+                                  ConfigType.UNKNOWN if not typed else ConfigType.PASSWORD if sensitive else
                                   (_TYPES.get(key.type, ConfigType.STRING) if key else ConfigType.STRING),
                                   _hidden(chain) if sensitive else tuple(chain), key.doc if key else None,
                                   is_sensitive=sensitive))
@@ -387,7 +395,12 @@ class ConfigViews:
         return out
 
     def _dynamic_only_view(self, name: str, chain: list[Synonym], value: str | None = None) -> ConfigView:
+        """A key set only dynamically. A custom one (no type: Kafka's ``maybeSensitive``) is sensitive: no value,
+        in the entry or its synonyms, whatever it holds; ``config_type`` UNKNOWN, read-only, no documentation."""
         key = broker_config_key(name)
+        if not broker_config_type_known(name):
+            return ConfigView(name, None, chain[0].source if chain else ConfigSource.DEFAULT_CONFIG,
+                              self._read_only(name), ConfigType.UNKNOWN, _hidden(chain), None, is_sensitive=True)
         source = chain[0].source if chain else ConfigSource.DEFAULT_CONFIG
         return ConfigView(name, chain[0].value if value is None and chain else value, source, self._read_only(name),
                           _TYPES.get(key.type, ConfigType.UNKNOWN) if key else ConfigType.UNKNOWN, tuple(chain),
@@ -540,22 +553,14 @@ def incremental_topic_overrides(current: Mapping[str, str], changes: Sequence[Co
     return new
 
 
-def refuse_broker_changes(changes: Sequence[ConfigChange], dynamic: Collection[str] | None = None) -> None:
-    """Refuse the keys that cannot change at run time (Kafka's ``DynamicBrokerConfig.validateConfigs``).
-
-    ``dynamic``: the keys that can (``DYNAMIC_BROKER_CONFIGS``); the others are named as Kafka names them,
-    ``Cannot update these configs dynamically: Set(log.dirs)``. Without it (a broker composed without
-    dynamic configs) every key is refused, with a hint where to set it. Nothing to refuse is a no-op.
+def refuse_broker_changes(changes: Sequence[ConfigChange]) -> None:
+    """A broker composed without dynamic configs refuses every key, with a hint where to set it. Nothing to refuse
+    is a no-op. (A broker with them refuses what Kafka refuses: ``strata.broker.dynamic_config.check_dynamic_configs``.)
     """
-    if dynamic is None:
-        if changes:
-            names = ", ".join(sorted(c.name for c in changes))
-            raise ApiError(ErrorCode.INVALID_REQUEST,
-                           f"Cannot update these configs dynamically: {names}. {STRATA_READ_ONLY}")
-        return
-    refused = [c.name for c in changes if c.name not in dynamic]
-    if refused:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {scala_set(refused)}")
+    if changes:
+        names = ", ".join(sorted(c.name for c in changes))
+        raise ApiError(ErrorCode.INVALID_REQUEST,
+                       f"Cannot update these configs dynamically: {names}. {STRATA_READ_ONLY}")
 
 
 def incremental_broker_configs(current: Mapping[str, str], changes: Sequence[ConfigChange]) -> dict[str, str]:
@@ -563,6 +568,9 @@ def incremental_broker_configs(current: Mapping[str, str], changes: Sequence[Con
 
     Kafka's ``ConfigAdminManager.prepareIncrementalConfigs`` over ``KafkaConfig.configKeys``: APPEND and
     SUBTRACT work on LIST keys only and start from the dynamic value, else from the key's built-in default.
+    SET and DELETE take any name (a custom config's too); APPEND and SUBTRACT of a name that is no broker config
+    (custom, or ``listener.name.<l>.<key>``) fail the way Kafka's do, where looking the name up in ``configKeys``
+    throws: UNKNOWN_SERVER_ERROR.
     """
     new = dict(current)
     for c in changes:
@@ -573,6 +581,8 @@ def incremental_broker_configs(current: Mapping[str, str], changes: Sequence[Con
         elif op is AlterOp.DELETE:
             new.pop(c.name, None)
         else:
+            if c.name not in KNOWN_BROKER_CONFIGS:
+                raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unknown config name: {c.name}")
             key = broker_config_key(c.name)
             if key is None or key.type != "list":
                 raise ApiError(ErrorCode.INVALID_CONFIG,

@@ -20,16 +20,26 @@ not overriding them gets the new config at once; ``remote.fetch.max.wait.ms``,
 ``remote.list.offsets.request.timeout.ms``, ``remote.log.index.file.cache.total.size.bytes`` and the KIP-956
 quotas ``remote.log.manager.copy/fetch.max.bytes.per.second`` reach the RemoteLogManager live; the
 RemoteLogManager's thread pools are sized from the effective config when it starts (the next restart); in
-a cluster the controller's default for ``unclean.leader.election.enable`` follows the dynamic value. Keys of
-machinery Strata does not have (``log.cleaner.*``, ``num.io.threads``, connection quotas, replication
-throttles ...) are validated, stored and reported, and do nothing.
+a cluster the controller's default for ``unclean.leader.election.enable`` follows the dynamic value; the
+replication throttle rates and ``num.replica.fetchers`` reach the quotas and the replica fetchers through
+``on_apply`` (:mod:`strata.broker.replication_config`). Keys of machinery Strata does not have
+(``log.cleaner.*``, ``num.io.threads``, connection quotas ...) are validated, stored and reported, and do nothing.
 
 Validation follows ``DynamicBrokerConfig.validate`` as ``ConfigAdminManager`` answers it (every failure
-is INVALID_REQUEST): keys that are not dynamic, bad values, per-broker keys on the cluster-wide
-resource, then the whole resulting config (cross-key rules, thread counts within half and double of the
-current ones, and, Strata's own rule, every topic's overrides still valid over the new defaults).
-Persisted configs that are no longer valid are dropped with an error logged, as Kafka's
+is INVALID_REQUEST): known keys that are not dynamic, unprefixed SSL keys, bad values, per-broker keys on
+the cluster-wide resource, then the whole resulting config (cross-key rules, thread counts within half and
+double of the current ones, and, Strata's own rule, every topic's overrides still valid over the new
+defaults). Persisted configs that are no longer valid are dropped with an error logged, as Kafka's
 ``fromPersistentProps`` does, so a broker always starts.
+
+Custom configs (Kafka's ``customPropsAllowed``): a name that is no broker config at all (``cleanup.policy``,
+``my.plugin.setting``; :data:`strata.config.broker_config.KNOWN_BROKER_CONFIGS` has Kafka 3.9's names and
+Strata's own) is not refused but stored with the level's other configs, where it survives restarts, is
+described (source DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG, read-only, sensitive: Kafka knows
+no type for it, so neither its value nor a log line shows it) and can be deleted. It never changes the
+broker: ``BrokerConfig.with_dynamic`` leaves it out of every field. So do ``listener.name.<l>.<key>``
+settings other than the TLS keystores, which Kafka accepts the same way (values of a dynamic ``<key>``
+checked, per broker unless ``<key>`` is a cluster-level listener config).
 """
 
 from __future__ import annotations
@@ -37,29 +47,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from strata.broker.config_views import ConfigChange, incremental_broker_configs, refuse_broker_changes, scala_set
+from strata.broker.config_views import ConfigChange, incremental_broker_configs, scala_set
 from strata.cluster.broker_configs import DEFAULT_ENTITY, BrokerConfigConflictError, BrokerConfigZk
 from strata.cluster.zk import ZkError
 from strata.config.broker_config import (
+    CLUSTER_LEVEL_LISTENER_CONFIGS,
     DYNAMIC_BROKER_KEYS,
     DYNAMIC_THREAD_COUNT_CONFIGS,
     PER_BROKER_CONFIGS,
+    RECONFIGURABLE_SSL_CONFIGS,
     BrokerConfig,
     broker_config_key,
-    is_listener_ssl_key,
+    broker_config_type_known,
+    listener_config_base,
     merge_dynamic_configs,
+    non_dynamic_broker_configs,
 )
-from strata.config.security_config import redacted
+from strata.config.security_config import HIDDEN, redacted
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 
 if TYPE_CHECKING:
     from strata.broker.topics import TopicRegistry
     from strata.cluster.node import ClusterNode
+    from strata.config.defs import ConfigKey
     from strata.config.security_config import ListenerConfig, SslConfig
     from strata.log.cleaner.log_cleaner import LogCleaner
     from strata.replication.replica_manager import ReplicaManager
@@ -104,22 +119,54 @@ def _file_name(entity: str) -> str:
     return _DEFAULT_NAME if entity == DEFAULT_ENTITY else entity
 
 
+def _value_key(name: str) -> ConfigKey | None:
+    """What a dynamic value is checked against (Kafka's ``validateConfigTypes``: the listener prefix stripped, then
+    ``DynamicConfig.Broker``'s definitions, which are the dynamic keys'): None for a custom name, whose value Kafka
+    takes as it is."""
+    base = listener_config_base(name)
+    plain = name if base is None else base
+    return broker_config_key(name) if plain in DYNAMIC_BROKER_KEYS or plain in RECONFIGURABLE_SSL_CONFIGS else None
+
+
+def _per_broker_only(name: str) -> bool:
+    """``perBrokerConfigs``: the per-broker keys, and every ``listener.name.<l>.<key>`` but the cluster-level ones."""
+    base = listener_config_base(name)
+    return name in PER_BROKER_CONFIGS if base is None else base not in CLUSTER_LEVEL_LISTENER_CONFIGS
+
+
 def check_dynamic_configs(props: Mapping[str, str], *, per_broker: bool) -> None:
-    """``DynamicBrokerConfig.validateConfigs``: dynamic keys only, valid values, per-broker keys not at the
-    cluster-wide level; raises ApiError(INVALID_REQUEST) with Kafka's messages."""
-    refuse_broker_changes([ConfigChange(k, v) for k, v in props.items()], DYNAMIC_BROKER_KEYS)
+    """``DynamicBrokerConfig.validateConfigs``: raises ApiError(INVALID_REQUEST) with Kafka's messages, in its order.
+
+    Known keys that cannot change at run time are refused; unknown names are custom configs and pass (only
+    ``listener.name.<l>.<dynamic key>`` has its value checked); the reconfigurable SSL keys only per listener;
+    values must parse; per-broker keys not at the cluster-wide level.
+    """
+    refused = non_dynamic_broker_configs(props)
+    if refused:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {scala_set(refused)}")
+    unprefixed = [k for k in props if k in RECONFIGURABLE_SSL_CONFIGS]
+    if unprefixed:
+        raise ApiError(ErrorCode.INVALID_REQUEST, "These security configs can be dynamically updated only "
+                                                  f"per-listener using the listener prefix: {scala_set(unprefixed)}")
     for name, value in props.items():
-        key = broker_config_key(name)
-        assert key is not None  # every dynamic key has a definition
+        key = _value_key(name)
+        if key is None:
+            continue
         try:
             key.parse(value)
         except InvalidConfigError as e:
             raise ApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
     if not per_broker:
-        refused = [k for k in props if k in PER_BROKER_CONFIGS or is_listener_ssl_key(k)]
+        refused = [k for k in props if _per_broker_only(k)]
         if refused:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                       f"broker id must be specified: {scala_set(refused)}")
+
+
+def loggable(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` fit for a log line (Kafka's ``loggableValue``): secrets hidden, and so is every value of a key
+    without a type, a custom config's."""
+    return {k: HIDDEN if not broker_config_type_known(k) else v for k, v in redacted(props).items()}
 
 
 def sanitize(props: Mapping[str, str], *, per_broker: bool, where: str) -> dict[str, str]:
@@ -129,7 +176,7 @@ def sanitize(props: Mapping[str, str], *, per_broker: bool, where: str) -> dict[
         try:
             check_dynamic_configs({name: value}, per_broker=per_broker)
         except ApiError as e:
-            log.error("ignoring the dynamic broker config %s=%s in %s: %s", name, redacted({name: value})[name],
+            log.error("ignoring the dynamic broker config %s=%s in %s: %s", name, loggable({name: value})[name],
                       where, e)
             continue
         out[name] = value
@@ -183,6 +230,8 @@ class DynamicBrokerConfigs:
         self.effective: BrokerConfig | None = None  # the config the levels give, once applied
         self._lock = asyncio.Lock()
         self._started = False
+        # told the effective config after every application (the broker's replication config follows it)
+        self.on_apply: list[Callable[[BrokerConfig], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -209,10 +258,10 @@ class DynamicBrokerConfigs:
         left_out = {_file_name(e): stored[e] for e in fallback if stored[e]}
         if left_out:
             log.error("stored dynamic broker configs left out (they do not make a valid config with the rest): "
-                      "%s; change them with AlterConfigs", {k: redacted(v) for k, v in left_out.items()})
+                      "%s; change them with AlterConfigs", {k: loggable(v) for k, v in left_out.items()})
         if any(self.levels.values()):
             log.info("dynamic broker configs: %s (cluster-wide), %s (broker %d)",
-                     redacted(self.levels[DEFAULT_ENTITY]), redacted(self.levels[self.entity]), self.node_id)
+                     loggable(self.levels[DEFAULT_ENTITY]), loggable(self.levels[self.entity]), self.node_id)
 
     def _load_file(self) -> dict[str, dict[str, str]]:
         if not self.path.exists():
@@ -275,7 +324,7 @@ class DynamicBrokerConfigs:
             except BrokerConfigConflictError:
                 continue  # changed through another broker meanwhile: start again from what is there
             log.info("dynamic broker configs of %s now %s", f"broker {entity}" if entity else "the cluster",
-                     redacted(new))
+                     loggable(new))
             return
         raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
                        f"The dynamic configs of {entity or 'the cluster'} kept changing meanwhile; retry")
@@ -350,6 +399,8 @@ class DynamicBrokerConfigs:
         self._apply_listener_tls(effective)
         if broker.log_cleaner is not None:  # Kafka's LogCleaner.reconfigure
             broker.log_cleaner.reconfigure(effective.cleaner)
+        for fn in self.on_apply:
+            fn(effective)
         return True
 
     def _apply_topic_defaults(self, effective: BrokerConfig) -> None:

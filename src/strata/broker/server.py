@@ -39,6 +39,7 @@ from strata.broker.inter_broker import inter_broker_security
 from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
+from strata.broker.replication_config import ReplicationConfig
 from strata.broker.throttling import Throttler
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.broker.transaction_metrics import register_transaction_metrics
@@ -59,6 +60,7 @@ from strata.log.checkpoints import atomic_write
 from strata.log.cleaner.log_cleaner import LogCleaner
 from strata.log.manager import LogManager
 from strata.quota.client import ClientQuotaManagers
+from strata.quota.replication import ReplicationQuotas
 from strata.replication.fetcher import ReplicaFetcherManager
 from strata.replication.replica_manager import ReplicaManager
 from strata.tiered.api import RemoteStorageError, TopicIdPartition
@@ -130,6 +132,10 @@ class Broker:
         self.replicas = ReplicaManager(config.node_id, self.logs, self.topics.config, self.clock,
                                        partition_exists=self.topics.has_partition)
         self.dynamic_configs = DynamicBrokerConfigs(self)  # loaded and applied in start()
+        # KIP-73 replication throttles: bounds from the dynamic configs, throttled partitions from topic configs
+        self.replication_quotas = ReplicationQuotas(config.node_id, self.topics.config,
+                                                    config.cluster.replication_quota_window_num,
+                                                    config.cluster.replication_quota_window_size_seconds)
         self.producer_ids: ProducerIdManager | ClusterProducerIdManager = ProducerIdManager(config.log_dirs[0])
         self.view: ClusterView = SingleNodeView(self)
         self.admin: TopicAdmin = LocalTopicAdmin(self)
@@ -141,7 +147,8 @@ class Broker:
             self.fetchers = ReplicaFetcherManager(config.node_id,
                                                   lambda broker_id: metadata.endpoint(broker_id, inter_broker),
                                                   self.replicas, config.cluster, inter_broker_security(config),
-                                                  remote_storage_enabled=config.remote.enabled)
+                                                  remote_storage_enabled=config.remote.enabled,
+                                                  quota=self.replication_quotas.follower)
             self.member = ClusterMember(self.cluster, self.topics, self.replicas, self.fetchers)
             self.replicas.isr_writer = self.cluster.write_isr
             cluster = self.cluster
@@ -158,6 +165,10 @@ class Broker:
         self.log_cleaner: LogCleaner | None = None
         self.stats = TieredStats(self.metrics)
         self.cluster_metrics = register_cluster_metrics(self.metrics, self.replicas, self.cluster, self.fetchers)
+        self.cluster_metrics.register_replication_quotas(self.replication_quotas)
+        if self.fetchers is not None:
+            self.fetchers.registry = self.metrics  # FetcherStats of each replica fetcher
+        self.dynamic_configs.on_apply.append(ReplicationConfig(self.replication_quotas, self.fetchers).apply)
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from strata.config.broker_config import BrokerConfig
     from strata.coordinator.group.coordinator import GroupCoordinator
     from strata.log.manager import LogManager
+    from strata.quota.replication import ReplicationQuotas
     from strata.replication.replica_manager import ReplicaManager
     from strata.tiered.manager import RemoteLogManager, TieredStats
 
@@ -52,6 +53,7 @@ class BrokerServices(Protocol):
     authorization: Authorization
     user_credentials: UserCredentials | None
     client_quotas: ClientQuotaStore | None
+    replication_quotas: ReplicationQuotas  # KIP-73: the leader side is applied to follower fetches
     dynamic_configs: DynamicBrokerConfigs
 
     @property

@@ -122,19 +122,27 @@ class UserCredentials:
     # -- DescribeUserScramCredentials ---------------------------------------------------------------
 
     def describe(self, users: list[str] | None) -> list[dict[str, Any]]:
-        """One result per user: ``{"user", "error_code", "error_message", "credential_infos"}``."""
-        if users is None:
-            names = sorted(self._credentials)
-            return [self._describe_one(u) for u in names]
+        """One result per user: ``{"user", "error_code", "error_message", "credential_infos"}``.
+
+        Kafka's ``describeUserScramCredentials`` (``describingAllUsers = users.isEmpty || users.get.isEmpty``):
+        a null *or empty* list means every user that has a credential, sorted by name. Both matter: the Java
+        admin client sends null for "all", librdkafka (confluent-kafka's ``describe_user_scram_credentials()``)
+        an empty array. Named users are answered once each, in request order, with Kafka's messages.
+        """
+        if not users:
+            return [self._describe_one(u) for u in sorted(self._credentials)]
         dupes = {u for u in users if users.count(u) > 1}
         out = []
         for user in dict.fromkeys(users):
-            if user in dupes:
+            if not user:
+                out.append(_result(user, ErrorCode.RESOURCE_NOT_FOUND, "Username must not be empty"))
+            elif user in dupes:
                 out.append(_result(user, ErrorCode.DUPLICATE_RESOURCE,
-                                   "Cannot describe SCRAM credentials for the same user twice in a single request"))
+                                   f"Cannot describe SCRAM credentials for the same user twice in a single request: "
+                                   f"{user}"))
             elif user not in self._credentials:
                 out.append(_result(user, ErrorCode.RESOURCE_NOT_FOUND,
-                                   "Attempt to describe a user credential that does not exist"))
+                                   f"Attempt to describe a user credential that does not exist: {user}"))
             else:
                 out.append(self._describe_one(user))
         return out

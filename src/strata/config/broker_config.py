@@ -11,7 +11,7 @@ replication tuning) are accepted and listed in ``IGNORED_KEYS`` so real configs 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -20,6 +20,7 @@ from typing import Any
 from strata.config.cleaner_config import CLEANER_KEYS, CLEANER_TOPIC_DEFAULTS, CleanerConfig
 from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, between, list_of, one_of, parse_properties
+from strata.config.kafka_broker_configs import KAFKA_BROKER_CONFIG_NAMES
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
 from strata.config.security_config import (
@@ -257,9 +258,12 @@ class BrokerConfig:
         Every field is the effective value (``per_broker`` over ``default`` over ``raw``, see
         :func:`merge_dynamic_configs`) and ``log_config`` the effective topic defaults, the dynamic-only
         log keys (``log.cleaner.delete.retention.ms`` ...) included; ``raw`` stays the static props and the
-        dynamic ones are kept beside it. Raises InvalidConfigError naming the key at fault.
+        dynamic ones are kept beside it. Custom dynamic configs (:func:`is_custom_broker_config`) are kept
+        beside it too but never reach a field: as in Kafka they change nothing in the broker, not even a static
+        key of the same name (``rsm.config.*``, ``listener.name.<l>.*``). Raises InvalidConfigError naming the
+        key at fault.
         """
-        merged = merge_dynamic_configs(self.raw, default, per_broker)
+        merged = merge_dynamic_configs(self.raw, _applicable(default), _applicable(per_broker))
         effective = BrokerConfig.from_props({k: v for k, v in merged.items() if k not in DYNAMIC_ONLY_CONFIG_DEF.keys})
         extras = {topic: merged[key] for key, topic in DYNAMIC_ONLY_TOPIC_SYNONYMS.items() if key in merged}
         log_config = effective.log_config.with_overrides(extras) if extras else effective.log_config
@@ -444,8 +448,8 @@ DYNAMIC_QUOTA_CONFIGS = frozenset({
     "leader.replication.throttled.rate", "follower.replication.throttled.rate",
     "replica.alter.log.dirs.io.max.bytes.per.second"})
 
-# DynamicBrokerConfig.AllDynamicConfigs (as far as Strata has the machinery's keys): every other key is
-# refused with "Cannot update these configs dynamically".
+# DynamicBrokerConfig.AllDynamicConfigs (as far as Strata has the machinery's keys): every other known key
+# (KNOWN_BROKER_CONFIGS) is refused with "Cannot update these configs dynamically"; an unknown one is custom.
 DYNAMIC_BROKER_CONFIGS = frozenset().union(
     DYNAMIC_LOG_CONFIGS, DYNAMIC_CLEANER_CONFIGS, DYNAMIC_THREAD_POOL_CONFIGS, DYNAMIC_LISTENER_CONFIGS,
     DYNAMIC_SOCKET_SERVER_CONFIGS, DYNAMIC_PRODUCER_STATE_CONFIGS, DYNAMIC_REMOTE_LOG_CONFIGS, DYNAMIC_QUOTA_CONFIGS,
@@ -501,8 +505,10 @@ DYNAMIC_ONLY_CONFIG_DEF = ConfigDef([
     ConfigKey("sasl.login.refresh.window.jitter", "double", 0.05, between(0.0, 0.25), _NO_EFFECT),
     ConfigKey("sasl.login.refresh.min.period.seconds", "int", 60, between(0, 900), _NO_EFFECT),
     ConfigKey("sasl.login.refresh.buffer.seconds", "int", 300, between(0, 3600), _NO_EFFECT),
-    ConfigKey("leader.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),
-    ConfigKey("follower.replication.throttled.rate", "long", MAX_LONG, at_least(0), _NO_EFFECT),
+    ConfigKey("leader.replication.throttled.rate", "long", MAX_LONG, at_least(0),
+              "Bytes/s this broker sends to followers of leader.replication.throttled.replicas (KIP-73)"),
+    ConfigKey("follower.replication.throttled.rate", "long", MAX_LONG, at_least(0),
+              "Bytes/s this broker fetches for follower.replication.throttled.replicas (KIP-73)"),
     ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", MAX_LONG, at_least(0), _NO_EFFECT),
 ])
 
@@ -545,6 +551,73 @@ def is_listener_ssl_key(name: str) -> bool:
 
 
 DYNAMIC_BROKER_KEYS = DynamicBrokerKeys(DYNAMIC_BROKER_CONFIGS)
+
+
+# -- custom dynamic configs ---------------------------------------------------------------------------------
+# Kafka's DynamicConfig.Broker.validate(customPropsAllowed = true): AlterConfigs on a BROKER resource refuses only the
+# *known* keys that cannot change at run time (DynamicBrokerConfig.nonDynamicConfigs, KafkaConfig.configNames minus
+# the dynamic ones); any other name is a custom config, stored with the dynamic ones (ZooKeeper, or Strata's file on
+# one node), described, deleted like them, and used by nothing in the broker (Kafka hands them to plugins only).
+
+# Every name that is a broker config: Kafka 3.9's, the dynamic-only ones (the replication throttles), and Strata's
+# own server.properties keys (its metrics endpoint, remote reader tuning ...), which configure this broker and so are
+# refused like any static key rather than stored as inert custom ones.
+KNOWN_BROKER_CONFIGS: frozenset[str] = frozenset().union(
+    KAFKA_BROKER_CONFIG_NAMES, BROKER_CONFIG_DEF.keys, DYNAMIC_ONLY_CONFIG_DEF.keys, IGNORED_KEYS,
+    DYNAMIC_BROKER_CONFIGS)
+
+# DynamicBrokerConfig.ListenerMechanismConfigs: listener.name.<l>.<mechanism>.<key> has <key>'s type
+_LISTENER_MECHANISM_CONFIGS = ("sasl.jaas.config", "sasl.login.callback.handler.class", "sasl.login.class",
+                               "sasl.server.callback.handler.class", "connections.max.reauth.ms")
+
+
+def listener_config_base(name: str) -> str | None:
+    """``listener.name.<l>.<key>`` -> ``<key>`` (Kafka's ``ListenerConfigRegex``); None for any other name."""
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    try:
+        return strip_listener_prefix(name)[1]
+    except InvalidConfigError:
+        return None
+
+
+def non_dynamic_broker_configs(names: Iterable[str]) -> list[str]:
+    """Kafka's ``nonDynamicConfigs``: the known broker configs among ``names`` that cannot change at run time.
+
+    The unprefixed reconfigurable SSL keys are dynamic in Kafka (``DynamicSecurityConfigs``) but only per listener:
+    they are refused with a message of their own, not here. A ``listener.name.<l>.<key>`` name is never a known one.
+    """
+    return [n for n in names if n in KNOWN_BROKER_CONFIGS and n not in DYNAMIC_BROKER_KEYS
+            and n not in RECONFIGURABLE_SSL_CONFIGS]
+
+
+def is_custom_broker_config(name: str) -> bool:
+    """A dynamic broker config that is stored and described but applied to nothing.
+
+    Kafka's custom configs, the names no broker config definition has; and every ``listener.name.<l>.<key>``
+    but the reconfigurable SSL keys (TLS keystores), which Kafka takes as custom too (it validates only the value
+    of a dynamic ``<key>``) and which Strata, without per-listener settings of its own, applies to nothing.
+    """
+    if listener_config_base(name) is not None:
+        return not is_listener_ssl_key(name)
+    return name not in KNOWN_BROKER_CONFIGS
+
+
+def broker_config_type_known(name: str) -> bool:
+    """Kafka's ``KafkaConfig.configType(name).isDefined``: the key's own type, or its listener-free name's.
+
+    A config without a type is treated as sensitive (``KafkaConfig.maybeSensitive``): DescribeConfigs sends no value
+    for it and the logs hide it, so a custom config is never shown, whatever it holds.
+    """
+    if name in KNOWN_BROKER_CONFIGS:
+        return True
+    base = listener_config_base(name)
+    return base is not None and (base in KNOWN_BROKER_CONFIGS or base.endswith(_LISTENER_MECHANISM_CONFIGS))
+
+
+def _applicable(level: Mapping[str, str]) -> dict[str, str]:
+    """The dynamic configs of one level that the broker applies: all but the custom ones."""
+    return {k: v for k, v in level.items() if not is_custom_broker_config(k)}
 
 
 def merge_dynamic_configs(static: Mapping[str, str], default: Mapping[str, str],

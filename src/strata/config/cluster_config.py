@@ -31,7 +31,12 @@ CLUSTER_KEYS = [
               "Follower fetch bytes per response"),
     ConfigKey("replica.fetch.backoff.ms", "int", 1000, at_least(0), "Pause after a failed follower fetch"),
     ConfigKey("replica.socket.timeout.ms", "int", 30_000, at_least(1), "Follower request timeout"),
-    ConfigKey("num.replica.fetchers", "int", 1, at_least(1), "Fetcher tasks per source broker"),
+    ConfigKey("num.replica.fetchers", "int", 1, at_least(1),
+              "Fetchers (task and connection each) per source broker; dynamic"),
+    ConfigKey("replication.quota.window.num", "int", 11, at_least(1),
+              "The number of samples the replication throttles' rates are measured over"),
+    ConfigKey("replication.quota.window.size.seconds", "int", 1, at_least(1),
+              "The time span of each replication throttle sample"),
     ConfigKey("follower.fetch.last.tiered.offset.enable", "bool", False, None,
               "KIP-1023: an empty follower of a tiered partition starts at the last tiered offset + 1 instead of "
               "the leader's local log start (it copies even less; reads below move to remote storage)"),
@@ -63,6 +68,8 @@ class ClusterConfig:
     replica_fetch_backoff_ms: int
     replica_socket_timeout_ms: int
     num_replica_fetchers: int
+    replication_quota_window_num: int
+    replication_quota_window_size_seconds: int
     follower_fetch_last_tiered_offset_enable: bool
     replica_high_watermark_checkpoint_interval_ms: int
     unclean_leader_election_enable: bool
@@ -100,6 +107,8 @@ class ClusterConfig:
             replica_fetch_backoff_ms=p["replica.fetch.backoff.ms"],
             replica_socket_timeout_ms=p["replica.socket.timeout.ms"],
             num_replica_fetchers=p["num.replica.fetchers"],
+            replication_quota_window_num=p["replication.quota.window.num"],
+            replication_quota_window_size_seconds=p["replication.quota.window.size.seconds"],
             follower_fetch_last_tiered_offset_enable=p["follower.fetch.last.tiered.offset.enable"],
             replica_high_watermark_checkpoint_interval_ms=p["replica.high.watermark.checkpoint.interval.ms"],
             unclean_leader_election_enable=p["unclean.leader.election.enable"],

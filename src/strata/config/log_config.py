@@ -7,6 +7,7 @@ Three deprecated spellings from Strata's original spec are accepted as aliases o
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -39,6 +40,14 @@ _alias_lock = threading.Lock()
 
 V = TypeVar("V")
 
+
+def _throttled_replica_list(entries: list[str]) -> str | None:
+    """Kafka's ``ThrottledReplicaListValidator``: ``*`` alone, or ``partitionId:brokerId`` entries."""
+    if all(re.fullmatch(r"[0-9]+:[0-9]+", e.strip()) for e in entries) or "".join(entries).strip() == "*":
+        return None
+    return ("must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
 LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Roll a segment at this size"),
     ConfigKey("segment.ms", "long", 7 * DAY_MS, at_least(1), "Roll a segment this old (by batch timestamps)"),
@@ -59,7 +68,8 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("message.timestamp.after.max.ms", "long", 3_600_000, at_least(0), ""),
     ConfigKey("cleanup.policy", "list", ["delete"], list_of("delete", "compact"), ""),
     ConfigKey("compression.type", "string", "producer",
-              one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), ""),
+              one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+              "Codec leader appends are stored with (batches of another codec re-encoded); producer keeps theirs"),
     ConfigKey("flush.messages", "long", 2**63 - 1, at_least(1), "fsync after this many messages"),
     ConfigKey("flush.ms", "long", 2**63 - 1, at_least(0), "fsync after this long"),
     ConfigKey("min.insync.replicas", "int", 1, at_least(1), ""),
@@ -73,11 +83,15 @@ LOG_CONFIG_DEF = ConfigDef([
               "Compacted topics: records older are compacted even below min.cleanable.dirty.ratio"),
     ConfigKey("unclean.leader.election.enable", "bool", False, None,
               "Cluster mode: elect an out-of-sync replica when no in-sync one is alive (loses records)"),
-    ConfigKey("compression.gzip.level", "int", -1, between(-1, 9), "Accepted; batches are stored as produced"),
-    ConfigKey("compression.lz4.level", "int", 9, between(1, 17), "Accepted; batches are stored as produced"),
-    ConfigKey("compression.zstd.level", "int", 3, between(-131072, 22), "Accepted; batches are stored as produced"),
-    ConfigKey("leader.replication.throttled.replicas", "list", [], None, "Accepted for compatibility"),
-    ConfigKey("follower.replication.throttled.replicas", "list", [], None, "Accepted for compatibility"),
+    # Kafka's GzipCompression.LevelValidator: Deflater's default (-1) or 1-9; 0 (stored, not deflated) is refused
+    ConfigKey("compression.gzip.level", "int", -1, lambda v: None if v == -1 or 1 <= v <= 9 else
+              "must be -1 (the default) or between 1 and 9", "Level of batches re-encoded with gzip"),
+    ConfigKey("compression.lz4.level", "int", 9, between(1, 17), "Level of batches re-encoded with lz4"),
+    ConfigKey("compression.zstd.level", "int", 3, between(-131072, 22), "Level of batches re-encoded with zstd"),
+    ConfigKey("leader.replication.throttled.replicas", "list", [], _throttled_replica_list,
+              "Replicas (partition:brokerId or *) whose leader side is held to leader.replication.throttled.rate"),
+    ConfigKey("follower.replication.throttled.replicas", "list", [], _throttled_replica_list,
+              "Replicas (partition:brokerId or *) whose follower side is held to follower.replication.throttled.rate"),
     ConfigKey("message.downconversion.enable", "bool", True, None, "Accepted for compatibility"),
     # Deprecated since Kafka 3.0 and ignored there too (message format v2 always); clients still set it.
     ConfigKey("message.format.version", "string", "3.0-IV1", None, "Deprecated; accepted and ignored"),

@@ -36,6 +36,7 @@ from strata.log.validator import (
     assign_offsets,
     fast_plain_append,
     header_append_info,
+    recompress_to_target,
 )
 from strata.protocol.records.batch import BatchHeader
 
@@ -152,6 +153,7 @@ class PartitionLog:
             if info is not None:
                 return self._append(records, info, origin, now, plain=True)
         batches = analyze_and_validate(records, self.config, origin, now, self.topic_partition)
+        records, batches = recompress_to_target(records, batches, self.config, now, self.topic_partition)
         info = assign_offsets(records, batches, self.log_end_offset, leader_epoch, self.config, now)
         return self._append(records, info, origin, now)
 

@@ -4,8 +4,9 @@ What is checked without decoding records: framing and magic, CRC-32C, batch size
 ``max.message.bytes``, Kafka's client rules (base offset 0, no control batches, a producer id on
 transactional batches, a sane record count), and the timestamp window on the batch's
 ``max_timestamp`` and ``base_timestamp``. Offsets and the leader epoch are then patched in place;
-with ``LogAppendTime`` the max timestamp is stamped and the CRC re-sealed. Records are never
-re-encoded: a CRC-valid batch from a client is stored as sent.
+with ``LogAppendTime`` the max timestamp is stamped and the CRC re-sealed. Records are not
+re-encoded: a CRC-valid batch from a client is stored as sent, unless the topic's ``compression.type``
+names another codec than the batch's (:func:`recompress_to_target`, Kafka's ``targetCompression``).
 
 The one exception to "header-only" is a compacted topic (``cleanup.policy`` with ``compact``): there,
 as in Kafka's ``LogValidator.validateKey``, every record of a leader append needs a key, so the
@@ -38,14 +39,18 @@ from strata.protocol.records import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
+    CompressionType,
     TimestampType,
     decompress,
     ensure_valid,
     iter_batches,
+    parse_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from strata.protocol.records.batch import COMPRESSION_MASK
+from strata.protocol.records.recompress import recompress_batch
 from strata.protocol.records.varint import read_varint
 
 
@@ -193,6 +198,81 @@ def _validate_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) ->
             )
 
 
+TARGET_CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": CompressionType.NONE,
+    "gzip": CompressionType.GZIP,
+    "snappy": CompressionType.SNAPPY,
+    "lz4": CompressionType.LZ4,
+    "zstd": CompressionType.ZSTD,
+}
+"""``compression.type`` -> the codec every leader append is stored with (Kafka's ``BrokerCompressionType``);
+``producer`` (None) keeps each batch's own codec."""
+
+
+def target_codec(config: LogConfig) -> int | None:
+    """Kafka's ``BrokerCompressionType.targetCompression``: the topic's codec, or None for ``producer``."""
+    return TARGET_CODECS.get(config.compression_type)
+
+
+def _needs_recompression(header: BatchHeader, target: int | None) -> bool:
+    """Kafka rebuilds a batch whose codec is not the target (``inPlaceAssignment`` is false); a control
+    batch (a transaction marker) keeps its bytes, and a batch with no record has nothing to re-encode."""
+    return (target is not None and header.compression != target and not header.is_control
+            and header.records_count > 0)
+
+
+def _level(config: LogConfig, codec: int) -> int | None:
+    if codec == CompressionType.GZIP:
+        return config.compression_gzip_level
+    if codec == CompressionType.LZ4:
+        return config.compression_lz4_level
+    if codec == CompressionType.ZSTD:
+        return config.compression_zstd_level
+    return None
+
+
+def recompress_to_target(records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
+                         config: LogConfig, now_ms: int, topic_partition: TopicPartition | None = None,
+                         ) -> tuple[bytes | bytearray | memoryview, list[tuple[int, BatchHeader]]]:
+    """Leader appends only: the batches re-encoded with the topic's ``compression.type`` where it names
+    another codec than theirs (Kafka's ``validateMessagesAndAssignOffsetsCompressed`` with
+    ``inPlaceAssignment`` false, then ``buildRecordsAndAssignOffsets``); ``records`` and ``batches``
+    unchanged when no batch needs it, which is every append of a topic on ``producer``.
+
+    One batch in is one batch out (Kafka takes a single v2 batch per append and builds one; Strata takes
+    several and rebuilds each on its own, so each keeps its producer id, epoch and sequence), at offset 0:
+    :func:`assign_offsets` then patches offsets, leader epoch and LogAppendTime as for any batch. Every
+    record's CreateTime timestamp is checked, since the records are decoded anyway (Kafka checks each one);
+    a rebuilt batch larger than ``max.message.bytes`` is refused with MESSAGE_TOO_LARGE, as Kafka
+    re-checks the size when ``messageSizeMaybeChanged``. Followers never come here: they store the
+    leader's bytes.
+    """
+    target = target_codec(config)
+    if target is None or not any(_needs_recompression(h, target) for _, h in batches):
+        return records, batches
+    level = _level(config, target)
+    bounds = None if config.log_append_time else (now_ms - config.message_timestamp_before_max_ms,
+                                                  now_ms + config.message_timestamp_after_max_ms)
+    view = memoryview(records)
+    out = bytearray()
+    rebuilt = []
+    for position, header in batches:
+        if _needs_recompression(header, target):
+            batch: bytes | memoryview = recompress_batch(records, position, header, target, level=level,
+                                                         timestamp_bounds=bounds)
+            if len(batch) > config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"Message batch size is {len(batch)} bytes in append to partition {topic_partition} which "
+                    f"exceeds the maximum configured size of {config.max_message_bytes}.")
+            header = parse_header(batch)
+        else:
+            batch = view[position: position + header.size]
+        rebuilt.append((len(out), header))
+        out += batch
+    return out, rebuilt
+
+
 def assign_offsets(records: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
                    next_offset: int, leader_epoch: int, config: LogConfig, now_ms: int) -> LogAppendInfo:
     """Give the batches their offsets (and epoch, and LogAppendTime); returns the append summary.
@@ -253,16 +333,19 @@ def fast_plain_append(records: bytes | bytearray | memoryview, next_offset: int,
     Same rules and the same bytes as :func:`analyze_and_validate` + :func:`assign_offsets`, with a
     fraction of the interpreter steps (a 64 KiB append costs an 18 us page-cache write, so every
     microsecond of bookkeeping shows). Returns ``None`` for anything else, including any batch
-    that breaks a rule and any batch for a compacted topic (its keys are checked): the general
-    path then handles it and raises the precise error.
+    that breaks a rule, any batch for a compacted topic (its keys are checked) and any batch whose
+    codec is not the topic's ``compression.type`` (it is re-encoded): the general path then handles
+    it and raises the precise error.
     """
     if len(records) < RECORD_BATCH_OVERHEAD:
         return None
     (base_offset, length, _epoch, magic, crc, attributes, last_offset_delta, base_ts, max_ts,
      producer_id, producer_epoch, base_sequence, count) = HEADER_STRUCT.unpack_from(records, 0)
     size = length + 12
+    target = TARGET_CODECS.get(config.compression_type)
     if (size != len(records) or magic != 2 or base_offset != 0 or producer_id >= 0
             or attributes & _PLAIN_EXCLUDED_ATTRIBUTES or count != last_offset_delta + 1 or count <= 0
+            or (target is not None and attributes & COMPRESSION_MASK != target)
             or size > config.max_message_bytes or config.log_append_time or "compact" in config.cleanup_policy):
         return None
     earliest = now_ms - config.message_timestamp_before_max_ms

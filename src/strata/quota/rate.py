@@ -113,3 +113,15 @@ class SimpleRate(Rate):
         self._purge(now)
         oldest = min((s.start for s in self._samples), default=now)
         return max(now - oldest, self.window_s)
+
+    def time_to_bound(self, bound: float, now: float) -> float:
+        """With nothing more recorded, how long until the rate is back at ``bound`` (0: it is): until the time
+        since the oldest window reaches ``total / bound``. Exact, where :meth:`throttle_s` is short while the
+        span is still held at one window (the first second after a burst); windows expiring meanwhile only
+        make it sooner."""
+        self._purge(now)
+        total = sum(s.value for s in self._samples)
+        oldest = min((s.start for s in self._samples), default=now)
+        if total <= bound * max(now - oldest, self.window_s):
+            return 0.0
+        return total / bound - (now - oldest)

@@ -13,6 +13,21 @@ its start above our end restarts the log there; OFFSET_MOVED_TO_TIERED_STORAGE -
 restarts at the leader's local log start (the offsets below live in the remote tier); an epoch or
 leadership error parks the partition until the next state; a lost connection backs off for
 ``replica.fetch.backoff.ms``.
+
+``num.replica.fetchers`` fetchers per leader, each its own task, connection and fetch loop (Kafka's
+``ReplicaFetcherThread-<fetcher id>-<leader id>``): a partition goes to fetcher
+``abs(31 * topic.hashCode + partition) % num.replica.fetchers`` (Kafka's ``getFetcherId``, with Java's
+string hash), so the fetches of a leader's partitions run as that many requests in flight at once and one
+partition's large response or long poll does not hold the others. A dynamic change re-spreads every
+partition over the new count, their fetch state kept (Kafka's ``resizeThreadPool``); fetchers left without
+partitions stop and close their connection (``shutdownIdleFetcherThreads``).
+
+Replication throttles (KIP-73, :mod:`strata.quota.replication`): the bytes appended for a partition this
+broker's ``follower.replication.throttled.replicas`` names are recorded against the follower quota; while
+that quota is exceeded, a throttled partition that is not caught up (its lag after the last fetch is not
+0) is left out of the fetch (Kafka's ``shouldFollowerThrottle``). When that leaves nothing to fetch, the
+fetcher waits until the quota's rate is back at its bound (at most ``replica.fetch.backoff.ms``, Kafka's
+wait there) or the bound changes.
 """
 
 from __future__ import annotations
@@ -22,7 +37,7 @@ import logging
 import struct
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -30,9 +45,11 @@ from strata.client.async_wire import AsyncBrokerConnection
 from strata.client.security import ClientSecurity
 from strata.client.wire import WireError
 from strata.common import TopicPartition
+from strata.common.metrics import Meter, Registry, prometheus_name
 from strata.config.cluster_config import ClusterConfig
 from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import PartitionLog
+from strata.quota.replication import ReplicationQuotaManager
 from strata.replication.replica_manager import ReplicaManager
 from strata.replication.truncation import offset_truncation_state
 
@@ -43,6 +60,9 @@ FETCH_VERSION, LIST_OFFSETS_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 8, 4
 EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 AUX_STATE_WARNING_INTERVAL_S = 30.0  # a replica waiting on remote storage warns this often (DEBUG between)
+MIN_THROTTLE_WAIT_S = 0.001  # a throttle time that rounds to nothing still yields to the loop once
+FETCHER_REQUESTS = prometheus_name("kafka.server:type=FetcherStats,name=RequestsPerSec")
+FETCHER_BYTES = prometheus_name("kafka.server:type=FetcherStats,name=BytesPerSec")
 
 
 @dataclass(slots=True)
@@ -53,6 +73,40 @@ class FetchState:
     delayed_until: float = 0.0  # loop time before which the partition is not fetched
     leader_high_watermark: int = -1
     aux_warned_at: float | None = None  # loop time of the last warning about rebuilding from remote storage
+    # the leader's high watermark minus our log end after the last fetch that appended (or the first one):
+    # None until then. 0 is Kafka's ``isReplicaInSync``, which exempts the partition from the follower throttle.
+    lag: int | None = None
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit signed)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
+    """Kafka's ``AbstractFetcherManager.getFetcherId``: ``Utils.abs(31 * topic.hashCode + partition) % n`` in
+    Java's int arithmetic (``Utils.abs`` maps Integer.MIN_VALUE to 0), so a partition goes to the fetcher
+    with the same id as on a Kafka broker."""
+    n = (31 * java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
+    n = n - (1 << 32) if n >= 1 << 31 else n
+    return (0 if n == -(1 << 31) else abs(n)) % num_fetchers
+
+
+def fetcher_name(fetcher: int, source_id: int) -> str:
+    """Kafka's fetcher thread name, the ``clientId`` of its lag and FetcherStats metrics."""
+    return f"ReplicaFetcherThread-{fetcher}-{source_id}"
+
+
+@dataclass(slots=True)
+class FetcherStats:
+    """Kafka's ``FetcherStats`` of one fetcher: fetch requests sent and record bytes appended."""
+
+    requests: Meter
+    bytes: Meter
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
@@ -91,14 +145,21 @@ RemoteAuxStateBuilder = Callable[[TopicPartition, uuid.UUID, int, int], Awaitabl
 
 
 class ReplicaFetcher:
-    """Fetches every partition this broker follows whose leader is ``source_id``."""
+    """Fetches the partitions this broker follows whose leader is ``source_id`` and whose fetcher id is
+    ``fetcher_id`` (all of them with one fetcher per leader)."""
 
     def __init__(self, source_id: int, local_id: int, endpoint: Callable[[int], tuple[str, int] | None],
                  replicas: ReplicaManager, config: ClusterConfig,
-                 remote_aux_state: RemoteAuxStateBuilder | None = None, remote_storage_enabled: bool = False) -> None:
+                 remote_aux_state: RemoteAuxStateBuilder | None = None, remote_storage_enabled: bool = False,
+                 fetcher_id: int = 0, quota: ReplicationQuotaManager | None = None,
+                 stats: FetcherStats | None = None) -> None:
         self.remote_aux_state = remote_aux_state
         self.remote_storage_enabled = remote_storage_enabled
         self.source_id = source_id
+        self.fetcher_id = fetcher_id
+        self.name = fetcher_name(fetcher_id, source_id)
+        self.quota = quota  # the follower replication quota (None: never throttled)
+        self.stats = stats
         self.local_id = local_id
         self.endpoint = endpoint
         self.security: ClientSecurity | None = None  # the inter-broker listener's TLS/SASL (set by the manager)
@@ -115,12 +176,28 @@ class ReplicaFetcher:
         self.partitions[tp] = FetchState(tp, leader_epoch)
         self._changed.set()
 
+    def adopt(self, state: FetchState) -> None:
+        """A partition moved here from another fetcher (a resize), its state as it was: a copy, so that the
+        old fetcher's in-flight request can no longer touch it."""
+        self.partitions[state.tp] = replace(state)
+        self._changed.set()
+
     def remove(self, tp: TopicPartition) -> None:
         if self.partitions.pop(tp, None) is not None:
             self._changed.set()
 
+    def remove_all(self) -> list[FetchState]:
+        states = list(self.partitions.values())
+        self.partitions.clear()
+        self._changed.set()
+        return states
+
+    def wake(self) -> None:
+        """Look at the partitions again now (the follower quota changed)."""
+        self._changed.set()
+
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -152,17 +229,23 @@ class ReplicaFetcher:
                 if truncating:
                     await self._truncate(conn, truncating)
                 fetching = [s for s in ready if not s.truncating and s.tp in self.partitions]
-                if fetching:
-                    await self._fetch(conn, fetching)
+                sendable = self._not_throttled(fetching)
+                if sendable:
+                    # partitions held back resume once the quota allows: the others' long poll ends by then
+                    held_s = self._quota_wait_s() if len(sendable) < len(fetching) else None
+                    await self._fetch(conn, sendable, held_s)
+                elif fetching and not truncating:
+                    await self._wait_for_quota()
                 if self._failing:
                     log.info("replica fetcher for broker %d: connected again", self.source_id)
                     self._failing = False
             except WireError as e:
                 # One WARNING per outage (a dead leader is normal until the controller moves its partitions)
                 if not self._failing:
-                    log.warning("replica fetcher for broker %d: %s; retrying every %.1fs", self.source_id, e, backoff)
+                    log.warning("replica fetcher for broker %d (%s): %s; retrying every %.1fs", self.source_id,
+                                self.name, e, backoff)
                 else:
-                    log.debug("replica fetcher for broker %d: %s", self.source_id, e)
+                    log.debug("replica fetcher for broker %d (%s): %s", self.source_id, self.name, e)
                 self._failing = True
                 self._drop_connection()
                 await asyncio.sleep(backoff)
@@ -180,7 +263,9 @@ class ReplicaFetcher:
         address = self.endpoint(self.source_id)
         if address is None:
             raise WireError(f"broker {self.source_id} is not registered")
-        self._conn = AsyncBrokerConnection(address[0], address[1], client_id=f"strata-replica-{self.local_id}",
+        # Kafka's client id of a fetcher's connection: the leader tells the fetchers of one follower apart by it
+        self._conn = AsyncBrokerConnection(address[0], address[1],
+                                           client_id=f"broker-{self.local_id}-fetcher-{self.fetcher_id}",
                                            timeout_s=self.config.replica_socket_timeout_ms / 1000,
                                            security=self.security)
         await self._conn.connect()
@@ -244,7 +329,39 @@ class ReplicaFetcher:
 
     # -- fetch --------------------------------------------------------------------------------------
 
-    async def _fetch(self, conn: AsyncBrokerConnection, states: list[FetchState]) -> None:
+    def _not_throttled(self, states: list[FetchState]) -> list[FetchState]:
+        """Kafka's ``shouldFollowerThrottle``: with the follower quota exceeded, the throttled partitions that
+        are not in sync stay out of this fetch (in-sync ones never do: they would drop out of the ISR)."""
+        quota = self.quota
+        if quota is None or not quota.bounded or not states:
+            return states
+        held = [s for s in states if s.lag != 0 and quota.is_throttled(s.tp)]
+        if not held or not quota.is_quota_exceeded():
+            return states
+        held_ids = {id(s) for s in held}
+        return [s for s in states if id(s) not in held_ids]
+
+    def _quota_wait_s(self) -> float:
+        """How long partitions held back by the follower quota wait: until its rate is back at the bound, at
+        most ``replica.fetch.backoff.ms`` (what Kafka waits when nothing is left to fetch)."""
+        assert self.quota is not None
+        return min(self.config.replica_fetch_backoff_ms / 1000, max(self.quota.throttle_s(), MIN_THROTTLE_WAIT_S))
+
+    async def _wait_for_quota(self) -> None:
+        """Every partition ready to fetch is held back by the follower quota: wait for it (or until a
+        partition or the bound changes)."""
+        wait = self._quota_wait_s()
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), wait)
+        except TimeoutError:
+            pass
+
+    async def _fetch(self, conn: AsyncBrokerConnection, states: list[FetchState], held_s: float | None = None) -> None:
+        """One Fetch of ``states``. ``held_s``: throttled partitions were left out and may be fetched again in
+        that many seconds, so the leader is asked to long-poll no longer than that (Kafka long-polls the full
+        ``replica.fetch.wait.max.ms``, which makes a throttled copy run below its rate when other partitions
+        share the fetcher)."""
         by_topic: dict[str, list[dict[str, int]]] = {}
         for s in states:
             plog = self._log_of(s)
@@ -259,6 +376,10 @@ class ReplicaFetcher:
         if not by_topic:
             return
         wait_ms = self.config.replica_fetch_wait_max_ms
+        if held_s is not None:
+            wait_ms = min(wait_ms, max(1, int(held_s * 1000)))
+        if self.stats is not None:
+            self.stats.requests.mark()
         response = await conn.call(
             FETCH, FETCH_VERSION, timeout_s=self.config.replica_socket_timeout_ms / 1000 + wait_ms / 1000,
             replica_id=self.local_id, max_wait=timedelta(milliseconds=wait_ms),
@@ -277,6 +398,7 @@ class ReplicaFetcher:
 
     def _append(self, state: FetchState, plog: PartitionLog, records: bytes | None, leader_hw: int,
                 leader_log_start: int) -> None:
+        appended = 0
         if records:
             batches = whole_batches(records)
             if len(batches):
@@ -286,7 +408,15 @@ class ReplicaFetcher:
                     log.error("%s: cannot append the leader's batches: %s", state.tp, e)
                     self._delay(state)
                     return
-                self.fetched_bytes += len(batches)
+                appended = len(batches)
+                self.fetched_bytes += appended
+                if self.stats is not None:
+                    self.stats.bytes.mark(appended)
+                # Kafka's ReplicaFetcherThread: throttled partitions count against the quota, in sync or not
+                if self.quota is not None and self.quota.is_throttled(state.tp):
+                    self.quota.record(appended)
+        if appended or state.lag is None:  # an empty answer (a throttled leader's) leaves the lag as it was
+            state.lag = max(0, leader_hw - plog.log_end_offset)
         state.leader_high_watermark = leader_hw
         plog.update_high_watermark(min(leader_hw, plog.log_end_offset))
         if leader_log_start > plog.log_start_offset:
@@ -413,12 +543,18 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    """One fetcher per source broker (``num.replica.fetchers`` > 1 is accepted; one task per leader
-    suffices on an event loop, where fetches of different leaders already overlap)."""
+    """``num.replica.fetchers`` fetchers per source broker, keyed (leader id, fetcher id): Kafka's
+    ``AbstractFetcherManager``/``ReplicaFetcherManager``.
+
+    ``quota``: the broker's follower replication quota, shared by every fetcher. ``registry``: where each
+    fetcher's Kafka ``FetcherStats`` meters go (``RequestsPerSec``, ``BytesPerSec``, labelled with the
+    fetcher's name and its leader's address). ``on_resize`` callbacks run after a resize has moved
+    partitions between fetchers (the lag metrics follow them)."""
 
     def __init__(self, local_id: int, endpoint: Callable[[int], tuple[str, int] | None], replicas: ReplicaManager,
                  config: ClusterConfig, security: ClientSecurity | None = None,
-                 remote_storage_enabled: bool = False) -> None:
+                 remote_storage_enabled: bool = False, quota: ReplicationQuotaManager | None = None,
+                 registry: Registry | None = None) -> None:
         """``remote_storage_enabled``: this broker tiers (``remote.log.storage.system.enable``), so a follower
         below its leader's local log start waits for :meth:`set_remote_aux_state` instead of restarting its
         log without the remote epoch history."""
@@ -428,24 +564,54 @@ class ReplicaFetcherManager:
         self.endpoint = endpoint
         self.replicas = replicas
         self.config = config
-        self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._where: dict[TopicPartition, int] = {}
+        self.quota = quota
+        self.registry = registry
+        self.num_fetchers = config.num_replica_fetchers
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._where: dict[TopicPartition, tuple[int, int]] = {}
+        self._stats_labels: dict[tuple[int, int], dict[str, str]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         self.remote_aux_state: RemoteAuxStateBuilder | None = None  # set once tiering has started
+        self.on_resize: list[Callable[[], None]] = []
+        if quota is not None:
+            quota.on_update.append(self._wake_all)
+
+    def fetcher_id(self, tp: TopicPartition) -> int:
+        return fetcher_id(tp, self.num_fetchers)
 
     def follow(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
         """(Re)start fetching ``tp`` from ``leader``, truncating first (a new leader or a new epoch)."""
         self.unfollow(tp)
         if leader < 0 or leader == self.local_id:
             return
-        fetcher = self.fetchers.get(leader)
+        key = (leader, self.fetcher_id(tp))
+        self._fetcher(key).add(tp, leader_epoch)
+        self._where[tp] = key
+
+    def _fetcher(self, key: tuple[int, int]) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = self.fetchers[leader] = ReplicaFetcher(leader, self.local_id, self.endpoint, self.replicas,
-                                                             self.config, self.remote_aux_state,
-                                                             self.remote_storage_enabled)
+            leader, fid = key
+            fetcher = self.fetchers[key] = ReplicaFetcher(
+                leader, self.local_id, self.endpoint, self.replicas, self.config, self.remote_aux_state,
+                self.remote_storage_enabled, fetcher_id=fid, quota=self.quota, stats=self._register_stats(key))
             fetcher.security = self.security
             fetcher.start()
-        fetcher.add(tp, leader_epoch)
-        self._where[tp] = leader
+            log.info("started fetcher %s to broker %d", fetcher.name, leader)
+        return fetcher
+
+    def _register_stats(self, key: tuple[int, int]) -> FetcherStats | None:
+        if self.registry is None:
+            return None
+        leader, fid = key
+        address = self.endpoint(leader)
+        labels = {"clientId": fetcher_name(fid, leader), "brokerHost": address[0] if address else "",
+                  "brokerPort": str(address[1]) if address else ""}
+        self._stats_labels[key] = labels
+        return FetcherStats(self.registry.meter(FETCHER_REQUESTS, "Fetch requests sent by the replica fetcher.",
+                                                labels),
+                            self.registry.meter(FETCHER_BYTES, "Record bytes appended by the replica fetcher.",
+                                                labels))
 
     def set_remote_aux_state(self, builder: RemoteAuxStateBuilder) -> None:
         """Tiering started: followers below their leader's local log start rebuild from remote storage."""
@@ -454,22 +620,69 @@ class ReplicaFetcherManager:
             fetcher.remote_aux_state = builder
 
     def unfollow(self, tp: TopicPartition) -> None:
-        source = self._where.pop(tp, None)
-        if source is not None and (fetcher := self.fetchers.get(source)) is not None:
+        key = self._where.pop(tp, None)
+        if key is not None and (fetcher := self.fetchers.get(key)) is not None:
             fetcher.remove(tp)
+            if not fetcher.partitions:
+                # Kafka's shutdownIdleFetcherThreads, once the state change at hand is applied (the follow
+                # that called this may put the partition right back)
+                try:
+                    asyncio.get_running_loop().call_soon(self._shutdown_idle)
+                except RuntimeError:  # no loop (closing down): close() stops every fetcher anyway
+                    pass
+
+    def fetch_state(self, tp: TopicPartition) -> FetchState | None:
+        """The fetch state of a followed partition (None: not being fetched)."""
+        key = self._where.get(tp)
+        fetcher = self.fetchers.get(key) if key is not None else None
+        return fetcher.partitions.get(tp) if fetcher is not None else None
+
+    def resize(self, num_fetchers: int) -> None:
+        """Kafka's ``resizeThreadPool`` (a dynamic ``num.replica.fetchers``): every partition is placed again by
+        the new count, its fetch state kept; fetchers left without partitions stop."""
+        if num_fetchers == self.num_fetchers:
+            return
+        log.info("resizing the replica fetchers per source broker from %d to %d", self.num_fetchers, num_fetchers)
+        self.num_fetchers = num_fetchers
+        moved = [(leader, state) for (leader, _), fetcher in list(self.fetchers.items())
+                 for state in fetcher.remove_all()]
+        for leader, state in moved:
+            key = (leader, self.fetcher_id(state.tp))
+            self._fetcher(key).adopt(state)
+            self._where[state.tp] = key
+        self._shutdown_idle()
+        for fn in self.on_resize:
+            fn()
+
+    def _shutdown_idle(self) -> None:
+        for key, fetcher in list(self.fetchers.items()):
+            if fetcher.partitions:
+                continue
+            del self.fetchers[key]
+            labels = self._stats_labels.pop(key, None)
+            if labels is not None and self.registry is not None:
+                for name in (FETCHER_REQUESTS, FETCHER_BYTES):
+                    self.registry.remove(name, labels)
+            task = asyncio.get_running_loop().create_task(fetcher.stop(), name=f"stop-{fetcher.name}")
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+            log.info("stopped idle fetcher %s", fetcher.name)
+
+    def _wake_all(self) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.wake()
 
     def lag(self) -> dict[TopicPartition, int]:
         """Per followed partition, the leader's last high watermark minus our log end (Kafka's
         ``FetcherLagMetrics``): 0 when caught up."""
         out = {}
-        for tp, source in self._where.items():
-            fetcher = self.fetchers.get(source)
-            state = fetcher.partitions.get(tp) if fetcher is not None else None
+        for tp in self._where:
+            state = self.fetch_state(tp)
             part = self.replicas.partitions.get(tp)
             if state is not None and part is not None:
                 out[tp] = max(0, state.leader_high_watermark - part.log.log_end_offset)
         return out
 
     async def close(self) -> None:
-        await asyncio.gather(*(f.stop() for f in self.fetchers.values()), return_exceptions=True)
+        await asyncio.gather(*(f.stop() for f in self.fetchers.values()), *self._stopping, return_exceptions=True)
         self.fetchers.clear()

@@ -126,7 +126,7 @@ async def _cluster_mode(tmp_path: Path) -> None:
         # the follower of t-2: a lag series labelled like Kafka's fetcher thread, MaxLag over all
         lag_key = f'{CONSUMER_LAG}{{clientId="ReplicaFetcherThread-0-2",partition="2",topic="t"}}'
         assert got[lag_key] == 0 and got[MAX_LAG + '{clientId="Replica"}'] == 0
-        fetchers.fetchers[2].partitions[t2].leader_high_watermark = 25
+        fetchers.fetchers[2, 0].partitions[t2].leader_high_watermark = 25
         got = samples(registry.render())
         assert got[lag_key] == 25 and got[MAX_LAG + '{clientId="Replica"}'] == 25
         assert metrics.partition_lag(t2) == 25 and fetchers.lag() == {t2: 25}
@@ -190,7 +190,7 @@ def test_lag_series_for_partitions_followed_before_registration(tmp_path: Path) 
         fetchers.follow(tp, 2, 0)
         plog = replicas.partitions[tp].log
         plog.append_as_follower(build_batch([b"x"] * 4, partition_leader_epoch=0, timestamp=1_700_000_000_000))
-        fetchers.fetchers[2].partitions[tp].leader_high_watermark = 10
+        fetchers.fetchers[2, 0].partitions[tp].leader_high_watermark = 10
         registry = Registry()
         node = ClusterNode(config.cluster, 1, [Endpoint("PLAINTEXT", "127.0.0.1", 9092)])
         register_cluster_metrics(registry, replicas, node, fetchers)

@@ -26,6 +26,7 @@ from strata.broker.dynamic_config import (
     DynamicBrokerConfigs,
     check_dynamic_configs,
     check_thread_counts,
+    loggable,
     sanitize,
 )
 from strata.broker.topics import TopicRegistry
@@ -37,6 +38,7 @@ from strata.config.broker_config import (
     broker_config_key,
     merge_dynamic_configs,
 )
+from strata.config.security_config import HIDDEN
 from strata.errors import ApiError, ErrorCode
 
 DB, DD = ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
@@ -164,8 +166,17 @@ def test_without_dynamic_configs_the_static_report_is_unchanged_but_dynamic_keys
     ({"log.dirs": "/x"}, True, "Cannot update these configs dynamically: Set(log.dirs)"),
     ({"log.retention.hours": "1", "log.retention.ms": "1"}, True,
      "Cannot update these configs dynamically: Set(log.retention.hours)"),
-    (dict.fromkeys(("a", "b", "c", "d", "e"), "1"), True,
-     "Cannot update these configs dynamically: HashSet(a, b, c, d, e)"),
+    ({"cleanup.policy": "compact", "broker.id": "2", "log.dirs": "/x", "num.partitions": "3",
+      "queued.max.requests": "5", "zookeeper.connect": "zk:2181"}, True,  # a static Kafka key Strata does not use too
+     "Cannot update these configs dynamically: HashSet(broker.id, log.dirs, num.partitions, queued.max.requests, "
+     "zookeeper.connect)"),
+    ({"ssl.keystore.location": "/k.pem"}, True, "These security configs can be dynamically updated only "
+                                                "per-listener using the listener prefix: Set(ssl.keystore.location)"),
+    ({"listener.name.plaintext.max.connections": "many"}, True,
+     "Invalid value 'many' for configuration max.connections"),
+    ({"listener.name.plaintext.my.setting": "x", "my.setting": "y"}, False,
+     "Cannot update these configs at default cluster level, broker id must be specified: "
+     "Set(listener.name.plaintext.my.setting)"),
     ({"log.segment.bytes": "many"}, True, "Invalid value 'many' for configuration log.segment.bytes"),
     ({"log.segment.bytes": "1"}, True, "log.segment.bytes: must be at least 14"),
     ({"listeners": "PLAINTEXT://127.0.0.1:1"}, False,
@@ -177,6 +188,48 @@ def test_invalid_dynamic_configs_are_refused_like_kafka(props: dict[str, str], p
         check_dynamic_configs(props, per_broker=per_broker)
     assert e.value.error_code == ErrorCode.INVALID_REQUEST
     assert message in str(e.value)
+
+
+def test_names_that_are_no_broker_config_are_custom_configs_and_pass() -> None:
+    """Kafka's ``customPropsAllowed``: a name no broker config has is not validated, at either level."""
+    custom = {"cleanup.policy": "not-a-policy", "my.plugin.setting": "x", "listener.name.plaintext.my.setting": "1",
+              "listener.name.plaintext.max.connections": "10", "rsm.config.dir": "/elsewhere", "listener.name.x": "y"}
+    check_dynamic_configs(custom, per_broker=True)
+    check_dynamic_configs({"cleanup.policy": "compact", "listener.name.plaintext.max.connections": "10"},
+                          per_broker=False)  # max.connections is a cluster-level listener config
+    assert sanitize(custom, per_broker=True, where="test") == custom  # and kept when read back
+
+
+def test_custom_configs_are_kept_beside_the_config_and_change_nothing() -> None:
+    static = {"log.cleanup.policy": "delete", "rsm.config.dir": "/static"}
+    plain = BrokerConfig.from_props(static)
+    custom = _dynamic(static, {"cleanup.policy": "compact"}, {"rsm.config.dir": "/dynamic", "log.retention.ms": "5",
+                                                            "listener.name.plaintext.my.setting": "x"})
+    assert custom.log_config.cleanup_policy == plain.log_config.cleanup_policy
+    assert custom.remote == plain.remote and custom.listeners == plain.listeners
+    assert custom.log_config.retention_ms == 5  # a known dynamic key beside them applies
+    assert custom.dynamic_default_configs == {"cleanup.policy": "compact"}
+    assert custom.dynamic_broker_configs["rsm.config.dir"] == "/dynamic"
+
+    views = _by_name(ConfigViews(custom).broker_configs())
+    for name, source in (("cleanup.policy", DD), ("rsm.config.dir", DB), ("listener.name.plaintext.my.setting", DB)):
+        view = views[name]  # Kafka: no type, so sensitive; not in AllDynamicConfigs, so read-only
+        assert (view.value, view.source, view.is_sensitive, view.read_only, view.config_type) == (
+            None, source, True, True, ConfigType.UNKNOWN), name
+        assert all(s.value is None for s in view.synonyms), name
+    assert views["rsm.config.dir"].synonyms == (Synonym("rsm.config.dir", None, DB),  # over the static one
+                                                Synonym("rsm.config.dir", None, S))
+    assert [v.name for v in ConfigViews(custom).broker_configs()].count("rsm.config.dir") == 1
+    (default,) = ConfigViews(custom).default_broker_configs()
+    assert (default.name, default.value, default.source, default.is_sensitive) == ("cleanup.policy", None, DD, True)
+
+
+def test_custom_values_are_hidden_in_log_lines() -> None:
+    """Kafka's ``loggableValue``: a key without a type may hold anything, so its value is never logged."""
+    assert loggable({"my.plugin.secret": "s", "listener.name.ssl.my.key": "k", "log.retention.ms": "5",
+                     "listener.name.ssl.ssl.key.password": "p"}) == {
+        "my.plugin.secret": HIDDEN, "listener.name.ssl.my.key": HIDDEN, "log.retention.ms": "5",
+        "listener.name.ssl.ssl.key.password": HIDDEN}
 
 
 def test_thread_counts_move_within_half_and_double() -> None:
@@ -204,6 +257,14 @@ def test_incremental_changes_of_broker_configs() -> None:
     with pytest.raises(ApiError, match="Config value append is not allowed for config key: log.segment.bytes") as e:
         incremental_broker_configs({}, [ConfigChange("log.segment.bytes", "1", AlterOp.APPEND)])
     assert e.value.error_code == ErrorCode.INVALID_CONFIG
+    # custom configs: SET and DELETE like any key; APPEND/SUBTRACT fail as Kafka's configKeys(name) lookup throws
+    got = incremental_broker_configs({"my.a": "1"}, [ConfigChange("my.a", None, AlterOp.DELETE),
+                                                     ConfigChange("my.b", "2", AlterOp.SET)])
+    assert got == {"my.b": "2"}
+    for name in ("my.list", "listener.name.plaintext.metric.reporters"):
+        with pytest.raises(ApiError, match=f"Unknown config name: {name}") as e:
+            incremental_broker_configs({}, [ConfigChange(name, "x", AlterOp.APPEND)])
+        assert e.value.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def test_stored_configs_that_are_not_valid_any_more_are_dropped() -> None:

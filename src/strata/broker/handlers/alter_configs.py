@@ -5,8 +5,10 @@ default) its dynamic broker configs (:mod:`strata.broker.dynamic_config`). Keys 
 request go back to what is below them (the broker default, the static config), which is why clients
 moved to IncrementalAlterConfigs; the semantics are kept exactly because old tools still rely on
 them. Each resource is validated in full before anything is written and fails on its own; a
-resource named twice fails both times; broker keys that cannot change at run time are refused with
-Kafka's "Cannot update these configs dynamically: Set(...)". Rules: :mod:`strata.broker.config_views`.
+resource named twice fails both times; known broker keys that cannot change at run time are refused with
+Kafka's "Cannot update these configs dynamically: Set(...)", while a name that is no broker config is stored
+as a custom config (Kafka's ``customPropsAllowed``; :mod:`strata.broker.dynamic_config`). Rules:
+:mod:`strata.broker.config_views`.
 
 Authorization (Kafka's ``processLegacyAlterConfigsRequest`` / ``processIncrementalAlterConfigsRequest``):
 ALTER_CONFIGS on the topic for a TOPIC resource (TOPIC_AUTHORIZATION_FAILED), on the cluster for BROKER,

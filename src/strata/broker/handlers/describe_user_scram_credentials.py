@@ -1,5 +1,9 @@
 """DescribeUserScramCredentials: which SCRAM mechanisms (and iteration counts) each user has, never the keys.
 
+A null or an empty ``users`` array both describe every user with a credential (Kafka's ``describingAllUsers``;
+librdkafka sends the empty array): :meth:`strata.broker.user_credentials.UserCredentials.describe`, which answers
+from the same credentials on a single node (the local file) and in a cluster (ZooKeeper's ``/config/users``).
+
 Authorization (Kafka's ``handleDescribeUserScramCredentialsRequest``): DESCRIBE on the cluster, else
 CLUSTER_AUTHORIZATION_FAILED at the top level and for each named user.
 """

@@ -14,6 +14,11 @@ answers KAFKA_STORAGE_ERROR, which clients retry. While the KIP-956 fetch quota
 (``remote.log.manager.fetch.max.bytes.per.second``) is exceeded a partition needing the remote tier is
 not read: it is answered with no records and no error, and the fetch long-polls as usual (Kafka 3.9).
 
+Replication throttles (KIP-73, :mod:`strata.quota.replication`): in a follower's fetch, a partition this
+broker's ``leader.replication.throttled.replicas`` names is answered with no records and no error while the
+leader replication quota is exceeded and that follower is not in the ISR (Kafka's ``shouldLeaderThrottle``);
+the records sent for throttled partitions, in sync or not, are recorded against the quota once answered.
+
 Authorization (Kafka 3.9's ``KafkaApis.handleFetchRequest``), decided once per request before the first
 pass (the long-poll reruns reuse it): a follower's fetch (``replica_id`` >= 0) needs CLUSTER_ACTION on the
 cluster, else every partition is TOPIC_AUTHORIZATION_FAILED; a consumer needs READ on each topic, checked once
@@ -43,6 +48,7 @@ log = logging.getLogger(__name__)
 
 FETCH = 1
 INLINE_BYTES = 32 * 1024
+_MIN_WAIT_S = 0.001
 READ_COMMITTED = 1
 
 
@@ -55,6 +61,8 @@ class _FetchState:
         self.splices: list[Splice] = []
         self.remote: list[tuple[dict[str, Any], PartitionLog, asyncio.Future[RemoteFetchResult]]] = []
         self.remote_reserved = 0  # budget promised to remote reads still running
+        self.throttled_bytes = 0  # records of leader-throttled partitions in a follower's answer (KIP-73)
+        self.held_s: float | None = None  # a partition held back by the leader quota: seconds until it allows it
 
 
 def replica_id_of(request: Any) -> int:
@@ -133,6 +141,14 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
     ctx.broker.replicas.update_follower_fetch(tp, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
     out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                log_start_offset=plog.log_start_offset)
+    quota = ctx.broker.replication_quotas.leader
+    if quota.is_throttled(tp):
+        part = ctx.broker.replicas.partitions.get(tp)
+        if (part is None or replica_id not in part.isr) and quota.is_quota_exceeded():
+            state.held_s = quota.throttle_s()
+            return out  # Kafka's shouldLeaderThrottle: no records, no error (it counts nothing towards min_bytes)
+        if data.records is not None:
+            state.throttled_bytes += data.records.size
     _attach(out, data.records, state)
     return out
 
@@ -267,8 +283,13 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         if state.bytes >= request.min_bytes or state.errors or remaining <= 0 or not tps \
                 or ctx.broker.shutting_down:
             break
-        await ctx.broker.replicas.wait_for_data(tps, remaining)
+        # A partition held back by the leader quota is looked at again once the quota allows it (Kafka's
+        # DelayedFetch waits for max_wait, which makes a throttled copy run below its rate)
+        wait = remaining if state.held_s is None else min(remaining, max(state.held_s, _MIN_WAIT_S))
+        await ctx.broker.replicas.wait_for_data(tps, wait)
     if state.bytes:
         ctx.broker.stats.topics.BytesOutPerSec.mark(None, state.bytes)
+    if state.throttled_bytes:  # KafkaApis: the answer's throttled partitions count against the leader quota
+        ctx.broker.replication_quotas.leader.record(state.throttled_bytes)
     body = ctx.respond(throttle_time=0, error_code=0, session_id=0, responses=responses)
     return Spliced(body, state.splices) if state.splices else body

@@ -33,6 +33,9 @@ class CompressionType(IntEnum):
             raise UnsupportedCompressionTypeError(f"unknown compression type {name!r}") from None
 
 
+GZIP_DEFAULT_LEVEL = -1  # Kafka's compression.gzip.level default (Deflater.DEFAULT_COMPRESSION)
+LZ4_DEFAULT_LEVEL = 9  # Kafka's compression.lz4.level default
+
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16
 _XERIAL_BLOCK = 32 * 1024  # the Java client's default block size
@@ -67,14 +70,20 @@ def _snappy_compress_xerial(data: bytes | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _lz4_compress_frame(data: bytes | memoryview) -> bytes:
+def _lz4_compress_frame(data: bytes | memoryview, level: int | None = None) -> bytes:
     """An LZ4 frame with independent blocks (FLG bit 5 set).
 
     ``cramjam.lz4.compress`` writes linked blocks, which the Java client and broker reject
     ("Dependent block stream is unsupported"); Kafka's own writer and every other client use
-    independent blocks.
+    independent blocks. ``level``: see :func:`compress`.
     """
-    compressor = cramjam.lz4.Compressor(block_linked=False)
+    if level is None:
+        compressor = cramjam.lz4.Compressor(block_linked=False)
+    else:
+        # Kafka's Lz4BlockOutputStream: its default level (9) means lz4's fast compressor (frame level 0),
+        # any other level the high-compression one at that level (lz4 caps it at 12; below 3 it is the fast one).
+        frame_level = 0 if level == LZ4_DEFAULT_LEVEL else level
+        compressor = cramjam.lz4.Compressor(level=frame_level, block_linked=False)
     compressor.compress(data if isinstance(data, bytes) else bytes(data))  # it takes only bytes
     return bytes(compressor.finish())
 
@@ -99,15 +108,23 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
 
 
-def compress(codec: int, data: bytes | memoryview, *, snappy_raw: bool = False) -> bytes:
+def compress(codec: int, data: bytes | memoryview, *, snappy_raw: bool = False, level: int | None = None) -> bytes:
+    """Deflate a records section with ``codec``.
+
+    ``level`` is Kafka's (KIP-390: ``compression.gzip.level`` -1 or 1-9, ``compression.lz4.level`` 1-17,
+    ``compression.zstd.level`` -131072 to 22), each codec's default meaning what it means to Kafka's own
+    writer; snappy has none. ``None`` keeps cramjam's defaults (what batches the broker builds for itself use).
+    """
     if codec == CompressionType.NONE:
         return bytes(data)
     if codec == CompressionType.GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        if level is None or level == GZIP_DEFAULT_LEVEL:  # java.util.zip's DEFAULT_COMPRESSION is zlib's 6
+            return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == CompressionType.SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data)) if snappy_raw else _snappy_compress_xerial(data)
     if codec == CompressionType.LZ4:
-        return _lz4_compress_frame(data)
+        return _lz4_compress_frame(data, level)
     if codec == CompressionType.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data) if level is None else cramjam.zstd.compress(data, level=level))
     raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
