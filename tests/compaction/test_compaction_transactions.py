@@ -89,7 +89,7 @@ def test_transaction_state_is_compacted_and_reloaded(tmp_path: Path) -> None:
         after = dict(read_committed(b, "tx"))
         assert all(after[f"{tid}-0".encode()] == b"after" for tid in producers)
         # a filler rolls the active segment; once cleaned, the plain read holds no aborted record either
-        filler = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1})
+        filler = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1, "batch.size": 4096})  # < segment.bytes
         for i in range(300):
             filler.produce("tx", key=b"filler-%d" % i, value=b"x" * 40)
         filler.flush(10)
