@@ -61,7 +61,7 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int, start: in
     """Produce records ``start`` .. ``start + records - 1``; acks=all, idempotent, every codec."""
     ds = dataset or Dataset(topic, partitions, 0, {p: [] for p in range(partitions)})
     producers = {c: Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                              "compression.type": c, "linger.ms": 20, "batch.size": 512 * 1024,
+                              "compression.type": c, "linger.ms": 20, "batch.size": 64 * 1024,  # < the 128 KiB segments
                               "queue.buffering.max.messages": 500_000}) for c in CODECS}
     errors: list[Any] = []
 
