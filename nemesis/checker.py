@@ -308,7 +308,7 @@ class _Checker:
                 if op.records:
                     (self.final_reads if op.final else self.reads).append(op)
             elif op.f == COMMIT_OFFSET:
-                if _outcome(op) == OK:
+                if op.outcome == OK:
                     self.commits.append(op)
         if reused:
             self.problems.append(f"{len(reused)} value(s) written by more than one operation (values must be "
@@ -393,7 +393,7 @@ class _Checker:
         # of unknown offset completed before it was below the log start too
         self._deleted_before: dict[str, float] = {}
         for op in self.sends.values():
-            if _outcome(op) == OK and op.offset is not None and 0 <= op.offset < self.log_start(op.partition):
+            if op.outcome == OK and op.offset is not None and 0 <= op.offset < self.log_start(op.partition):
                 if op.invoke_t > self._deleted_before.get(op.partition, -math.inf):
                     self._deleted_before[op.partition] = op.invoke_t
 
@@ -459,7 +459,7 @@ class _Checker:
             self.vanished[v] = self.add(cls, ops, desc, time=op.complete_t, partition=p, offset=offset, value=v)
 
         for v, op in self.sends.items():
-            if _outcome(op) == OK:
+            if op.outcome == OK:
                 judge(v, op.partition, op.offset, op.acks, op, "send")
         for t in self.txns:
             if self.txn_state(t) == "committed":
@@ -472,7 +472,7 @@ class _Checker:
                 continue
             send = self.sends.get(v)
             txn = self.txn_of.get(v)
-            if send is not None and _outcome(send) == OK:
+            if send is not None and send.outcome == OK:
                 continue
             if txn is not None and self.txn_state(txn[0]) == "committed":
                 continue
@@ -555,8 +555,12 @@ class _Checker:
                      time=writer.complete_t, partition=p, offset=o, value=v)
 
     def check_ack_mismatch(self) -> None:
+        fpos, fdup = self.fpos, self.fdup
+
         def judge(v: str, p: str, offset: int | None, op: Op, what: str) -> None:
             if offset is None or offset < 0:
+                return
+            if v not in fdup and fpos.get(v) == (p, offset):  # the common case, without building lists
                 return
             positions = self.final_positions(v)
             if not positions or (p, offset) in positions:
@@ -569,7 +573,7 @@ class _Checker:
                      f"read has it at {where} ({holds})", time=op.complete_t, partition=p, offset=offset, value=v)
 
         for v, op in self.sends.items():
-            if _outcome(op) == OK:
+            if op.outcome == OK:
                 judge(v, op.partition, op.offset, op, "send")
         for t in self.txns:
             if self.txn_state(t) == "committed":
@@ -579,8 +583,11 @@ class _Checker:
     def position(self, op: Op) -> int | None:
         """Where an ok send sits, when that is unambiguous (see the module docstring)."""
         p = op.partition
-        positions = self.final_positions(op.value)
         a = op.offset
+        v = op.value
+        if a is not None and a >= 0 and v not in self.fdup and self.fpos.get(v) == (p, a):
+            return a  # the common case
+        positions = self.final_positions(v)
         if a is not None and a >= 0:
             if (p, a) in positions:
                 return a
@@ -595,7 +602,7 @@ class _Checker:
         by_partition: dict[str, list[tuple[Op, int]]] = defaultdict(list)
         by_producer: dict[tuple[object, str], list[tuple[Op, int]]] = defaultdict(list)
         for op in self.sends.values():
-            if _outcome(op) != OK or op.complete_t is None:
+            if op.outcome != OK or op.complete_t is None:
                 continue
             pos = self.position(op)
             if pos is None:
@@ -731,7 +738,7 @@ class _Checker:
         partitions: set[str] = set()
         for op in self.sends.values():
             partitions.add(op.partition)
-            if _outcome(op) == OK and op.complete_t is not None:
+            if op.outcome == OK and op.complete_t is not None:
                 acks[op.partition].append(op.complete_t)
         for times in acks.values():
             times.sort()

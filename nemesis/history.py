@@ -22,14 +22,15 @@ Schema (one JSON object per line; :meth:`History.load` accepts lines in any orde
       ``invoke_t`` is when ``produce()`` was called: the order of one process's invocations is the order in
       which its producer sequences the records (an idempotent producer keeps that order per partition).
       ``fail`` means the record was certainly not written (a definite error); anything else is ``info``.
+      (A producer whose partitioner picks the partition may give ``partition`` at completion instead.)
     - ``read`` / ``poll``: ``isolation`` (``read_uncommitted`` / ``read_committed``), optional ``group``,
       ``records``: ``[[partition, offset, value], ...]`` as returned (values of control records omitted).
       ``final: true`` marks the final read (see below).
     - ``commit_offset``: ``group``, ``partition``, ``offset`` (the committed position: next offset to read).
     - ``txn``: ``transactional_id``, ``writes``: ``[[partition, value, offset-or-null], ...]`` (offsets from the
       delivery reports where known), ``end`` (``commit`` / ``abort``: what the client asked for; null if it
-      never got that far), ``end_t`` (when it asked). ``ok``: the requested end took effect; ``fail``: the
-      transaction is certainly not committed; ``info``: unknown.
+      never got that far), ``end_t`` (when it asked; :meth:`History.txn_end`). ``ok``: the requested end took
+      effect; ``fail``: the transaction is certainly not committed; ``info``: unknown.
 ``{"type": "fault", ...}``
     :class:`Fault`: ``id``, ``kind``, ``target``, ``brokers`` (the brokers the fault hits), ``description``,
     ``start``, ``end``, ``leaders`` (``{partition: broker}`` at the fault's start, for the availability check).
@@ -126,12 +127,18 @@ class Op:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Op:
-        kw = {k: v for k, v in d.items() if k in _OP_FIELD_SET}
-        if kw.get("records") is not None:
-            kw["records"] = [(str(p), int(o), str(v)) for p, o, v in kw["records"]]
-        if kw.get("writes") is not None:
-            kw["writes"] = [(str(p), str(v), None if o is None else int(o)) for p, v, o in kw["writes"]]
-        return cls(**kw)
+        kw = dict(d)
+        kw.pop("type", None)
+        records = kw.get("records")
+        if records is not None:
+            kw["records"] = [(p, o, v) for p, o, v in records]
+        writes = kw.get("writes")
+        if writes is not None:
+            kw["writes"] = [(p, v, o) for p, v, o in writes]
+        try:
+            return cls(**kw)
+        except TypeError:  # fields from a newer writer: keep what this version knows
+            return cls(**{k: v for k, v in kw.items() if k in _OP_FIELD_SET})
 
     @property
     def done(self) -> bool:
@@ -342,7 +349,10 @@ class History:
 
     def complete_txn(self, op: Op, outcome: str, *, offsets: Sequence[int | None] | None = None,
                      t: float | None = None, error: str | None = None) -> bool:
-        """Complete a txn, setting the offsets its writes got (None where unknown)."""
+        """Complete a txn, setting the offsets its writes got (None where unknown). An ``ok`` needs
+        :meth:`txn_end` first: the checker reads a transaction that never asked to commit as aborted."""
+        if outcome == OK and op.end is None:
+            raise ValueError("txn_end (commit or abort) before completing a transaction ok")
         writes = op.writes or []
         if offsets is not None:
             if len(offsets) != len(writes):

@@ -735,6 +735,9 @@ def test_history_refuses_bad_input() -> None:
         h.complete(op, "maybe")
     with pytest.raises(ValueError):
         h.ok(op, value="changed-later")  # what was sent is fixed at invocation
+    t = h.txn(0, [("t-0", "y")])
+    with pytest.raises(ValueError):
+        h.complete_txn(t, OK)  # ok without txn_end: it would read as never asked to commit
     with pytest.raises(ValueError):
         History.from_lines(['{"type": "nonsense"}'])
 
