@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv kcat zookeeper netns-tools test soak run cluster demo bench lint clean conformance conformance-secure
+.PHONY: venv kcat zookeeper netns-tools nemesis test soak run cluster demo bench lint clean conformance conformance-secure
 
 venv: $(STAMP)
 
@@ -48,6 +48,12 @@ netns-tools:
 
 test: venv kcat zookeeper netns-tools
 	$(PY) -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
+
+# The Jepsen-style nemesis (issue 26; root only: network namespaces): NEMESIS_ARGS, e.g. --seed 7 to replay a
+# run; the default is 5 runs of 22 fault windows (110 windows, about 50 minutes). Output: nemesis-out/seed-*/
+NEMESIS_ARGS ?= --runs 5 --windows 22
+nemesis: venv zookeeper netns-tools
+	$(PY) -m nemesis.run --out nemesis-out $(NEMESIS_ARGS)
 
 soak: venv zookeeper
 	$(PY) -m pytest -m slow -q $(PYTEST_ARGS)

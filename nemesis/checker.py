@@ -50,7 +50,8 @@ The result's ``ok`` is True only when no forbidden class has an anomaly and the 
 (e.g. a written partition without a final read, which would make every check on it vacuous).
 
 Availability: acknowledged sends per second per partition, and per fault window each partition's ack rate
-inside the window against the ``baseline_s`` seconds before it; a partition whose leader at the fault's start
+inside the window against its steady rate in the ``baseline_s`` seconds before it (the median of the
+per-bucket rates: a previous fault's released backlog is not throughput); a partition whose leader at the fault's start
 was not one of the fault's brokers must keep ``min_ratio`` of its rate (reported, and in
 ``availability.ok``, kept apart from the safety verdict).
 """
@@ -59,6 +60,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -755,6 +757,15 @@ class _Checker:
             times = acks.get(p, [])
             return bisect.bisect_left(times, b) - bisect.bisect_left(times, a)
 
+        def baseline(p: str, a: float, b: float) -> float | None:
+            """The median of the per-bucket rates in ``[a, b)``: the steady rate, not inflated by the burst of
+            records a previous fault held back and released (they were late, not extra throughput)."""
+            k = int((b - a) // bucket_s)
+            if k <= 0:
+                return None
+            rates = sorted(count(p, b - (i + 1) * bucket_s, b - i * bucket_s) / bucket_s for i in range(k))
+            return statistics.median(rates)
+
         windows = []
         for fault in self.h.faults:
             s = fault.start
@@ -763,7 +774,7 @@ class _Checker:
             rows = []
             for p in series:
                 during = count(p, s, e) / (e - s) if e > s else 0.0
-                before_rate = count(p, s - before, s) / before if before > 0 else None
+                before_rate = baseline(p, s - before, s)
                 if p in fault.leaders:
                     leader = fault.leaders[p]
                     healthy: bool | None = leader is not None and leader >= 0 and leader not in fault.brokers

@@ -1,0 +1,129 @@
+"""The system under test: a ZooKeeper ensemble and a Strata cluster, every process in a network namespace.
+
+Clients (the workloads, the final read) run in the root namespace and reach every broker over the lab's
+bridge; faults between namespaces (``nemesis.net``) cut real connections. Brokers are stopped by their pids
+(``kill -9`` and SIGSTOP faults act on the same pids), ZooKeeper servers likewise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.harness import CLUSTER_DEFAULTS, Cluster, wait_until
+
+from nemesis import net
+from strata.tools.zookeeper import ZooKeeperEnsemble
+
+TOPIC = "nemesis"
+
+
+class Environment:
+    """``brokers`` Strata brokers on a ``zookeepers``-node ensemble; :meth:`start` / :meth:`stop`."""
+
+    def __init__(self, base: Path, *, brokers: int = 3, zookeepers: int = 3, partitions: int = 3,
+                 unclean_election: bool = False, props: dict[str, str] | None = None) -> None:
+        self.base = base
+        self.zk_names = [f"zk{i}" for i in range(1, zookeepers + 1)]
+        self.broker_names = {i: f"b{i}" for i in range(1, brokers + 1)}
+        self.partitions = partitions
+        self.unclean_election = unclean_election
+        self.lab = net.Lab([*self.zk_names, *self.broker_names.values()])
+        self.props = {
+            **CLUSTER_DEFAULTS,
+            "zookeeper.session.timeout.ms": "4000",  # past 2-3 s stalls of a loaded 2-core machine
+            "unclean.leader.election.enable": str(unclean_election).lower(),
+            "offsets.topic.num.partitions": "3",
+            "transaction.state.log.num.partitions": "3",
+            "transaction.state.log.replication.factor": "3",
+            "transaction.state.log.min.isr": "2",
+            **(props or {}),
+        }
+        self.ensemble: ZooKeeperEnsemble | None = None
+        self.cluster: Cluster | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> Environment:
+        self.lab.start()
+        try:
+            self.ensemble = ZooKeeperEnsemble(self.base / "zk", size=len(self.zk_names),
+                                              hosts=[self.lab.address(z) for z in self.zk_names],
+                                              wraps=[tuple(self.lab.command(z, [])) for z in self.zk_names])
+            self.ensemble.start().wait_ready(90)
+            self.cluster = Cluster(f"{self.ensemble.connect}/strata", self.base, size=len(self.broker_names),
+                                   props=self.props, verbose=True, placement=lambda i: (
+                                       self.lab.address(self.broker_names[i]),
+                                       tuple(self.lab.command(self.broker_names[i], []))))
+            self.cluster.start()
+            self.create_topic()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def create_topic(self) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        assert self.cluster is not None
+        self.cluster.admin().create_topics([NewTopic(TOPIC, self.partitions, len(self.broker_names), config={
+            "min.insync.replicas": "2"})])[TOPIC].result(30)
+        self.cluster.wait_full_isr(TOPIC, timeout_s=60)
+
+    def stop(self) -> None:
+        self.lab.heal()
+        if self.cluster is not None:
+            for b in self.cluster.brokers.values():
+                self.thaw(b.pid())
+            self.cluster.stop()
+        if self.ensemble is not None:
+            for s in self.ensemble.servers:
+                s.thaw()
+            self.ensemble.stop()
+        self.lab.close()
+
+    def __enter__(self) -> Environment:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what the nemesis and the workloads need -------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.cluster is not None
+        return self.cluster.bootstrap
+
+    def leaders(self) -> dict[str, int | None]:
+        """``{"nemesis-0": broker, ...}`` as the cluster's metadata has them (None: no leader)."""
+        assert self.cluster is not None
+        try:
+            meta = self.cluster.metadata(TOPIC)
+        except Exception:  # noqa: BLE001 - no metadata now: the availability check then skips the window
+            return {}
+        return {f"{TOPIC}-{p}": (m.leader if m.leader >= 0 else None) for p, m in meta.partitions.items()}
+
+    def broker_process(self, broker_id: int) -> Any:
+        assert self.cluster is not None
+        return self.cluster.brokers[broker_id]
+
+    @staticmethod
+    def thaw(pid: int | None) -> None:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def wait_healthy(self, timeout_s: float = 120.0) -> None:
+        """Every broker running and every partition with its full ISR (after the last fault healed)."""
+        assert self.cluster is not None
+        for b in self.cluster.brokers.values():
+            if b.proc is None:
+                b.start()
+        self.cluster.wait_full_isr(TOPIC, timeout_s=timeout_s)
+        wait_until(lambda: len(self.cluster.admin().list_topics(timeout=5).brokers) == len(self.broker_names),
+                   timeout_s, "every broker registered")

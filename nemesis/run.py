@@ -1,0 +1,148 @@
+"""``python -m nemesis.run``: workloads against a cluster in network namespaces while a seeded nemesis injects
+faults, then a final read, the checker and the report (``make nemesis``; a short run is in ``make test``).
+
+Each fault window: a fault drawn from the seeded schedule starts, holds for ``--fault-s``, is healed, and the
+cluster gets ``--quiet-s`` to recover before the next. After the last window every broker is brought back,
+the workloads stop, the final read covers every partition, and the checker judges the whole history. The
+output directory keeps ``history.jsonl`` (check it again with ``python -m nemesis.report``), ``report.txt``,
+``timeline.png`` and the brokers' logs. The exit status is 0 only when no forbidden anomaly was found and every
+window's availability held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nemesis import net
+from nemesis.checker import CheckResult, check
+from nemesis.environment import TOPIC, Environment
+from nemesis.faults import FAULTS, available_faults
+from nemesis.history import History, RunMeta
+from nemesis.report import format_report, plot_timeline
+from nemesis.workloads import GroupConsumer, IdempotentProducers, TransactionalWriter, Workload, final_read
+
+
+@dataclass
+class RunResult:
+    result: CheckResult
+    history: History
+    out: Path
+    workload_errors: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok and self.result.availability.ok and not self.workload_errors
+
+
+def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: float = 10.0,
+        warmup_s: float = 10.0, kinds: list[str] | None = None, unclean_election: bool = False,
+        partitions: int = 3, log: bool = True) -> RunResult:
+    reason = net.available()
+    if reason is not None:
+        raise RuntimeError(f"the nemesis needs network namespaces: {reason}")
+    kinds = kinds or available_faults()
+    unknown = [k for k in kinds if k not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}")
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    meta = RunMeta(run=out.name, seed=seed, unclean_election=unclean_election, scenario=",".join(kinds))
+    history = History(meta, path=out / "history.jsonl")
+    say = print if log else (lambda *_a, **_k: None)
+    env = Environment(out / "cluster", partitions=partitions, unclean_election=unclean_election)
+    stop = threading.Event()
+    workloads: list[Workload] = []
+    try:
+        env.start()
+        say(f"cluster up: brokers {env.bootstrap}; seed {seed}, {windows} windows of {fault_s:g} s")
+        workloads = [
+            IdempotentProducers(history, stop, env.bootstrap, TOPIC, partitions),
+            TransactionalWriter(history, stop, env.bootstrap, TOPIC, partitions, seed),
+            GroupConsumer(history, stop, env.bootstrap, TOPIC, "nemesis-group"),
+        ]
+        for w in workloads:
+            w.start()
+        time.sleep(warmup_s)
+        for i in range(windows):
+            kind = rng.choice(kinds)
+            leaders = env.leaders()
+            started = FAULTS[kind](env, rng, leaders)
+            fault = history.fault_start(started.kind, started.target, brokers=started.brokers,
+                                        description=started.description, leaders=leaders)
+            say(f"[{history.now():7.1f}s] window {i + 1}/{windows}: {started.description}")
+            time.sleep(fault_s)
+            started.undo()
+            history.fault_end(fault)
+            time.sleep(quiet_s)
+        env.lab.heal()
+        env.wait_healthy()
+        time.sleep(2.0)
+        stop.set()
+        for w in workloads:
+            w.join(120)
+        say(f"[{history.now():7.1f}s] workloads stopped; final read")
+        final_read(history, env.bootstrap, TOPIC, partitions)
+    finally:
+        stop.set()
+        history.close()
+        env.stop()
+        _keep_logs(env, out)
+    result = check(history, unclean_election=unclean_election)
+    report = format_report(result, history)
+    errors = [e for w in workloads for e in w.errors]
+    if errors:
+        report += "\n\nWorkload errors (bugs of the harness, not anomalies):\n" + "\n".join(errors)
+    (out / "report.txt").write_text(report + "\n")
+    try:
+        plot_timeline(history, result, out / "timeline.png", title=f"nemesis seed {seed}")
+    except ImportError:  # matplotlib is a test extra
+        pass
+    say(report)
+    return RunResult(result, history, out, errors)
+
+
+def _keep_logs(env: Environment, out: Path) -> None:
+    """Broker logs stay beside the history (the cluster's data directories are removed)."""
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    if env.cluster is not None:
+        for i, b in env.cluster.brokers.items():
+            if b.log_path.exists():
+                shutil.copy(b.log_path, logs / f"broker-{i}.log")
+    shutil.rmtree(out / "cluster", ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nemesis.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("nemesis-out"), help="output directory (one subdir per run)")
+    ap.add_argument("--seed", type=int, action="append", help="seed of a run (repeat for several runs)")
+    ap.add_argument("--runs", type=int, default=1, help="runs with seeds drawn at random (without --seed)")
+    ap.add_argument("--windows", type=int, default=10, help="fault windows per run")
+    ap.add_argument("--fault-s", type=float, default=15.0)
+    ap.add_argument("--quiet-s", type=float, default=10.0)
+    ap.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(FAULTS)})")
+    ap.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable=true")
+    args = ap.parse_args(argv)
+    seeds = args.seed or [random.SystemRandom().randrange(1 << 31) for _ in range(args.runs)]
+    kinds = args.kinds.split(",") if args.kinds else None
+    failed = []
+    total_windows = 0
+    for seed in seeds:
+        r = run(args.out / f"seed-{seed}", seed=seed, windows=args.windows, fault_s=args.fault_s,
+                quiet_s=args.quiet_s, kinds=kinds, unclean_election=args.unclean)
+        total_windows += len(r.history.faults)
+        if not r.ok:
+            failed.append(seed)
+    print(f"\n{len(seeds)} runs, {total_windows} fault windows; failed seeds: {failed or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
