@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nemesis import net
-from nemesis.environment import Environment
+from nemesis.environment import S3, Environment
 
 
 @dataclass
@@ -113,6 +113,12 @@ def pause(env: Environment, rng: random.Random, leaders: dict[str, int | None]) 
                    lambda: env.thaw(pid))
 
 
+def store_unreachable(env: Environment, rng: random.Random, leaders: dict[str, int | None]) -> Started:
+    """The object store cut off from every broker: uploads and remote reads fail, produce must not notice."""
+    env.lab.isolate(S3, list(env.broker_names.values()))
+    return Started("store-unreachable", S3, [], "the S3 store cut off from every broker", env.lab.heal)
+
+
 FAULTS: dict[str, Callable[[Environment, random.Random, dict[str, int | None]], Started]] = {
     "zk-isolate": zk_isolate,
     "isolate-but-clients": isolate_from_cluster,
@@ -123,9 +129,10 @@ FAULTS: dict[str, Callable[[Environment, random.Random, dict[str, int | None]], 
     "slow": slow,
     "kill": kill,
     "pause": pause,
+    "store-unreachable": store_unreachable,
 }
 
 
-def available_faults() -> list[str]:
-    """The fault kinds this machine can inject (random loss needs nftables)."""
-    return [k for k in FAULTS if k != "loss" or net.nft_available()]
+def available_faults(tiered: bool = True) -> list[str]:
+    """The fault kinds this machine can inject (random loss needs nftables; the store needs a tiered run)."""
+    return [k for k in FAULTS if (k != "loss" or net.nft_available()) and (k != "store-unreachable" or tiered)]

@@ -8,9 +8,11 @@ connections crossing a real (virtual) network, which namespaces give without con
 Topology: a bridge in the root namespace (the test process, its clients and its checker live there, at
 ``.1``), and per node a namespace with one veth pair, the inner end ``eth0`` at ``.<10 + n>``. Faults:
 
-- **drop** ``src -> dst``: a blackhole route in ``src``'s namespace for ``dst``'s address. Packets from
-  ``src`` to ``dst`` vanish silently (no ICMP, no RST): TCP connections hang until their timeouts, as
-  they do behind a failed switch. One direction only; :meth:`Lab.partition` drops both ways. The root
+- **drop** ``src -> dst``: an nftables input rule in ``dst``'s namespace drops what ``src`` sends (no ICMP,
+  no RST, no error at the sender): TCP connections hang until their timeouts, as they do behind a failed
+  switch. Without nftables, a blackhole route in ``src``'s namespace (the sender's kernel then fails its
+  sends with EINVAL: a partition, but a faster-failing one). One direction only; :meth:`Lab.partition`
+  drops both ways. The root
   namespace (the clients) is a node too (:data:`CLIENTS`): ``drop(node, CLIENTS)`` makes a node
   unreachable for clients, in one direction or both.
 - **loss**: a share of the packets a node sends dropped at random, an nftables rule (``numgen random``).
@@ -66,6 +68,13 @@ def _nft(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProc
     return r
 
 
+def _nft_root(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["nft", *args], capture_output=True, text=True, timeout=_CMD_TIMEOUT_S)
+    if check and r.returncode != 0:
+        raise NetError(f"nft {' '.join(args)}: {r.stderr.strip() or r.returncode}")
+    return r
+
+
 def _probe_qdisc(kind: Sequence[str]) -> bool:
     probe = f"snq{os.getpid() % 100000}"
     if _ip("netns", "add", probe, check=False).returncode != 0:
@@ -115,6 +124,12 @@ def cleanup_stale(prefix: str = "sn") -> list[str]:
         if len(parts) > 1 and parts[1].split("@")[0].startswith(prefix):
             _ip("link", "del", parts[1].split("@")[0], check=False)
             removed.append(parts[1])
+    if nft_available():
+        for line in _nft_root("list", "tables", check=False).stdout.split("\n"):
+            parts = line.split()
+            if len(parts) == 3 and parts[2].startswith(f"{prefix}drop"):
+                _nft_root("delete", "table", parts[1], parts[2], check=False)
+                removed.append(parts[2])
     return removed
 
 
@@ -139,6 +154,7 @@ class Lab:
     _netem: set[str] = field(default_factory=set)
     _slow: set[str] = field(default_factory=set)
     _loss: dict[str, int] = field(default_factory=dict)
+    receiver_drops: bool = field(default_factory=lambda: nft_available())
 
     def __post_init__(self) -> None:
         if len(set(self.nodes_wanted)) != len(self.nodes_wanted) or CLIENTS in self.nodes_wanted:
@@ -190,6 +206,8 @@ class Lab:
             _ip("netns", "del", node.netns, check=False)  # takes its veth pair with it
             _ip("link", "del", node.host_veth, check=False)
         self.nodes.clear()
+        if self.receiver_drops:
+            _nft_root("delete", "table", "inet", f"{self.prefix}drop{self.lab_id}", check=False)
         _ip("link", "del", self.bridge, check=False)
         self._drops.clear()
         self._netem.clear()
@@ -208,23 +226,50 @@ class Lab:
     # -- faults ----------------------------------------------------------------------------------
 
     def drop(self, src: str, dst: str) -> None:
-        """Packets from ``src`` to ``dst`` vanish (one direction). ``CLIENTS`` is the root namespace."""
+        """Packets from ``src`` to ``dst`` vanish (one direction). ``CLIENTS`` is the root namespace.
+
+        With nftables the receiver drops them (an input rule in ``dst``'s namespace): the sender sees nothing
+        at all, as behind a failed link, and its connections time out. Without it, a blackhole route in
+        ``src``'s namespace: packets vanish as well, but the sender's own kernel answers a connect or send
+        with EINVAL, a faster failure than a real network gives.
+        """
         if (src, dst) in self._drops:
             return
-        target = self.address(dst)
-        if src == CLIENTS:
-            _ip("route", "add", "blackhole", f"{target}/32")
-        else:
-            _ip("route", "add", "blackhole", f"{target}/32", netns=self.nodes[src].netns)
         self._drops.add((src, dst))
+        if self.receiver_drops:
+            self._sync_input_drops(dst)
+        else:
+            netns = None if src == CLIENTS else self.nodes[src].netns
+            _ip("route", "add", "blackhole", f"{self.address(dst)}/32", netns=netns)
 
     def undrop(self, src: str, dst: str) -> None:
         if (src, dst) not in self._drops:
             return
-        target = self.address(dst)
-        netns = None if src == CLIENTS else self.nodes[src].netns
-        _ip("route", "del", "blackhole", f"{target}/32", netns=netns, check=False)
         self._drops.discard((src, dst))
+        if self.receiver_drops:
+            self._sync_input_drops(dst)
+        else:
+            netns = None if src == CLIENTS else self.nodes[src].netns
+            _ip("route", "del", "blackhole", f"{self.address(dst)}/32", netns=netns, check=False)
+
+    def _input_table(self, node: str) -> tuple[str | None, str]:
+        """The namespace (None: the root one) and the nftables table holding ``node``'s input drops; the root
+        namespace's table is named after the lab, so labs and the host's own rules never meet."""
+        return (None, f"{self.prefix}drop{self.lab_id}") if node == CLIENTS else (self.nodes[node].netns,
+                                                                                   "nemesis_drop")
+
+    def _sync_input_drops(self, dst: str) -> None:
+        """Rewrite ``dst``'s input chain from the drops in force (one flush and a rule per source)."""
+        netns, table = self._input_table(dst)
+        sources = sorted(self.address(s) for s, d in self._drops if d == dst)
+        run = (lambda *a, check=True: _nft(netns, *a, check=check)) if netns else _nft_root
+        if not sources:
+            run("delete", "table", "inet", table, check=False)
+            return
+        run("add", "table", "inet", table)
+        run("add", "chain", "inet", table, "in", "{ type filter hook input priority -10; policy accept; }")
+        run("flush", "chain", "inet", table, "in")
+        run("add", "rule", "inet", table, "in", "ip", "saddr", "{ " + ", ".join(sources) + " }", "drop")
 
     def partition(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
         """No packet crosses between the two sides, either way."""

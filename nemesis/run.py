@@ -43,11 +43,11 @@ class RunResult:
 
 def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: float = 10.0,
         warmup_s: float = 10.0, kinds: list[str] | None = None, unclean_election: bool = False,
-        partitions: int = 3, log: bool = True) -> RunResult:
+        partitions: int = 3, tiered: bool = True, log: bool = True) -> RunResult:
     reason = net.available()
     if reason is not None:
         raise RuntimeError(f"the nemesis needs network namespaces: {reason}")
-    kinds = kinds or available_faults()
+    kinds = kinds or available_faults(tiered)
     unknown = [k for k in kinds if k not in FAULTS]
     if unknown:
         raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}")
@@ -56,7 +56,7 @@ def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: f
     meta = RunMeta(run=out.name, seed=seed, unclean_election=unclean_election, scenario=",".join(kinds))
     history = History(meta, path=out / "history.jsonl")
     say = print if log else (lambda *_a, **_k: None)
-    env = Environment(out / "cluster", partitions=partitions, unclean_election=unclean_election)
+    env = Environment(out / "cluster", partitions=partitions, unclean_election=unclean_election, tiered=tiered)
     stop = threading.Event()
     workloads: list[Workload] = []
     try:
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet-s", type=float, default=10.0)
     ap.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(FAULTS)})")
     ap.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable=true")
+    ap.add_argument("--no-tiered", action="store_true", help="no S3 store, no tiered topic")
     args = ap.parse_args(argv)
     seeds = args.seed or [random.SystemRandom().randrange(1 << 31) for _ in range(args.runs)]
     kinds = args.kinds.split(",") if args.kinds else None
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     total_windows = 0
     for seed in seeds:
         r = run(args.out / f"seed-{seed}", seed=seed, windows=args.windows, fault_s=args.fault_s,
-                quiet_s=args.quiet_s, kinds=kinds, unclean_election=args.unclean)
+                quiet_s=args.quiet_s, kinds=kinds, unclean_election=args.unclean, tiered=not args.no_tiered)
         total_windows += len(r.history.faults)
         if not r.ok:
             failed.append(seed)

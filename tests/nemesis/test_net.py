@@ -41,8 +41,10 @@ try:
     s = socket.create_connection((sys.argv[1], 7000), timeout=float(sys.argv[2]))
     s.sendall(b"x"); s.settimeout(float(sys.argv[2]))
     sys.exit(0 if s.recv(1) == b"x" else 1)
+except TimeoutError:
+    sys.exit(2)
 except OSError:
-    sys.exit(1)
+    sys.exit(3)
 """
 
 
@@ -72,9 +74,14 @@ def reachable_from_clients(lab: net.Lab, node: str, timeout_s: float = 1.0) -> b
         return False
 
 
-def reachable(lab: net.Lab, src: str, dst: str, timeout_s: float = 1.0) -> bool:
+def connect_result(lab: net.Lab, src: str, dst: str, timeout_s: float = 1.0) -> int:
+    """0 connected and echoed, 2 timed out, 3 another error (e.g. EINVAL from a blackhole route)."""
     cmd = lab.command(src, [sys.executable, "-c", CONNECT, lab.address(dst), str(timeout_s)])
-    return subprocess.run(cmd, timeout=30).returncode == 0
+    return subprocess.run(cmd, timeout=30).returncode
+
+
+def reachable(lab: net.Lab, src: str, dst: str, timeout_s: float = 1.0) -> bool:
+    return connect_result(lab, src, dst, timeout_s) == 0
 
 
 def test_partitions_cut_node_to_node_connections_and_heal(lab: net.Lab) -> None:
@@ -85,6 +92,15 @@ def test_partitions_cut_node_to_node_connections_and_heal(lab: net.Lab) -> None:
     lab.heal()
     assert reachable(lab, "a", "b") and reachable(lab, "b", "a")
     assert lab.faults == []
+
+
+@pytest.mark.skipif(not net.nft_available(), reason="nft (nftables) is not installed: apt-get install nftables")
+def test_a_dropped_sender_hears_nothing_it_times_out(lab: net.Lab) -> None:
+    assert lab.receiver_drops
+    lab.drop("b", "a")  # a discards b's SYNs: b's connect neither succeeds nor fails, it times out
+    assert connect_result(lab, "b", "a") == 2
+    lab.heal()
+    assert connect_result(lab, "b", "a") == 0
 
 
 def test_one_direction_drop_stalls_an_open_connection_until_healed(lab: net.Lab) -> None:

@@ -80,8 +80,13 @@ def _free_port_pair(taken: set[int]) -> int:
 class SeaweedFS:
     """One ``weed mini`` process: master, volume, filer, S3 gateway (and its admin server)."""
 
-    def __init__(self, data_dir: Path, bucket: str = DEFAULT_BUCKET) -> None:
+    def __init__(self, data_dir: Path, bucket: str = DEFAULT_BUCKET, host: str = "127.0.0.1",
+                 wrap: tuple[str, ...] = ()) -> None:
+        """``host``/``wrap``: the address it binds and the command prefix that runs it (the nemesis suite
+        puts it in a network namespace of its own: ``ip netns exec NAME``)."""
         self.data_dir = data_dir
+        self.host = host
+        self.wrap = wrap
         self.bucket = bucket
         self.log_path = data_dir / "weed.log"
         self.ports: dict[str, int] = {}
@@ -94,7 +99,7 @@ class SeaweedFS:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.ports['s3']}"
+        return f"http://{self.host}:{self.ports['s3']}"
 
     def client_env(self) -> dict[str, str]:
         """What an AWS SDK needs in its environment to talk to this server (and nothing else)."""
@@ -144,7 +149,7 @@ class SeaweedFS:
 
     def _args(self) -> list[str]:
         d = self.data_dir / "data"
-        args = [str(find_weed()), "mini", f"-dir={d}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        args = [*self.wrap, str(find_weed()), "mini", f"-dir={d}", f"-ip={self.host}", f"-ip.bind={self.host}",
                 "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0",
                 "-s3.port.lance=0", "-volume.preStopSeconds=0", "-master.volumeSizeLimitMB=64",
                 f"-filer.localSocket={self._sock_dir / 'filer.sock'}", f"-s3.localSocket={self._sock_dir / 's3.sock'}"]
@@ -185,7 +190,7 @@ class SeaweedFS:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"weed exited with {self.proc.returncode}:\n{self.tail()}")
             try:  # a plain connect: no HTTP client here, so no proxy settings can get in the way
-                socket.create_connection(("127.0.0.1", self.ports["s3"]), timeout=1).close()
+                socket.create_connection((self.host, self.ports["s3"]), timeout=1).close()
             except OSError as e:
                 last = e
                 time.sleep(0.05)
