@@ -89,3 +89,37 @@ def test_unclean_election_off_waits_on_loses_and_can_be_forced(zk_connect: str, 
                            == expected[t], 20, f"{t}-0 on {broker.data_dir.name} = {len(expected[t])} records")
         for broker in cluster.brokers.values():
             assert "Traceback" not in broker.log_path.read_text(errors="replace")
+
+
+def test_turning_unclean_election_on_elects_offline_partitions_at_once(zk_connect: str, tmp_path: Path) -> None:
+    """Kafka's controller elects when unclean election is turned on (``TopicUncleanLeaderElectionEnable`` for
+    a topic, ``enableDefaultUncleanLeaderElection`` for the broker default), not at the next broker change."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    with running_cluster(zk_connect, tmp_path) as cluster:
+        b1, b2 = cluster.brokers[1], cluster.brokers[2]
+        admin = cluster.admin()
+        for f in admin.create_topics([NewTopic(t, 1, replica_assignment=[[1, 2]], config={"min.insync.replicas": "1"})
+                                      for t in ("topic-level", "default-level")]).values():
+            f.result(30)
+        for t in ("topic-level", "default-level"):
+            cluster.wait_full_isr(t)
+        b2.kill()
+        wait_until(lambda: all(cluster.metadata(t).partitions[0].isrs == [1] for t in ("topic-level", "default-level")),
+                   30, "ISR [1]")
+        b1.kill()
+        b2.start()  # out of sync: both partitions stay offline (unclean election off)
+        wait_until(lambda: cluster.metadata("topic-level").partitions[0].leader == -1, 30, "offline")
+        assert cluster.metadata("default-level").partitions[0].leader == -1
+
+        res = ConfigResource(ConfigResource.Type.TOPIC, "topic-level", incremental_configs=[
+            ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(30)
+        wait_until(lambda: cluster.leader_of("topic-level", 0) == 2, 20, "broker 2 elected for topic-level")
+        assert cluster.metadata("default-level").partitions[0].leader == -1  # its config did not change
+
+        with WireClient(cluster.brokers[3].bootstrap) as w:  # the cluster-wide default (resource "")
+            r = w.call(44, 1, validate_only=False, resources=[{"resource_type": 4, "resource_name": "", "configs": [
+                {"name": "unclean.leader.election.enable", "config_operation": 0, "value": "true"}]}])
+        assert all(int(x.error_code) == 0 for x in r.responses), r
+        wait_until(lambda: cluster.leader_of("default-level", 0) == 2, 20, "broker 2 elected for default-level")

@@ -128,8 +128,11 @@ class ClusterMember:
         if info is None or config is None or info.configs == config:
             return
         was_tiered = self.topics.remote_log_enabled(name)
+        unclean_before = (info.configs.get("unclean.leader.election.enable") or "").strip().lower() == "true"
         self.topics.mirror(name, info.topic_id, info.partitions, config)
         self.replicas.apply_config(name)
+        if not unclean_before and (config.get("unclean.leader.election.enable") or "").strip().lower() == "true":
+            self.node.controller.enqueue("unclean_enabled", name)  # ignored unless this broker is the controller
         for fn in self.hooks.topic_config_changed:
             fn(name, was_tiered)
 

@@ -385,6 +385,7 @@ class DynamicBrokerConfigs:
         if problem:
             log.error("dynamic broker configs not applied: %s", problem)
             return False
+        before = self.effective
         self.effective = effective
         # The broker's config keeps its static fields (listeners ...) and ``raw``; it takes the dynamic levels
         # (for DescribeConfigs and CreateTopics), the topic defaults and the tiering config (read when the
@@ -401,6 +402,9 @@ class DynamicBrokerConfigs:
             broker.log_cleaner.reconfigure(effective.cleaner)
         for fn in self.on_apply:
             fn(effective)
+        if broker.cluster is not None and effective.cluster.unclean_leader_election_enable and not (
+                before is not None and before.cluster.unclean_leader_election_enable):
+            broker.cluster.controller.enqueue("unclean_enabled", None)  # the controller elects offline partitions
         return True
 
     def _apply_topic_defaults(self, effective: BrokerConfig) -> None:

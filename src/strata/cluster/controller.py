@@ -179,6 +179,7 @@ class KafkaController:
             "topic": self._on_topic_change, "deletions": self._on_deletions, "elect_leaders": self._elect_leaders,
             "controlled_shutdown": self._controlled_shutdown, "reassign": self._reassign,
             "rebalance": self._auto_rebalance, "shutdowns": self._on_shutdown_requests,
+            "unclean_enabled": self._on_unclean_enabled,
         }
         while True:
             queued_at, kind, payload, fut = await self._queue.get()
@@ -477,6 +478,17 @@ class KafkaController:
                 await self._update(tp, lambda s, unclean=unclean, target=target: self._offline_election(
                     s, target, live, unclean))
         self.stats.offline_partitions = sum(1 for s in self.states.values() if not s.has_leader)
+
+    async def _on_unclean_enabled(self, topic: str | None) -> None:
+        """Kafka's ``TopicUncleanLeaderElectionEnable`` (``topic``) and ``enableDefaultUncleanLeaderElection``
+        (None): unclean election was just turned on, so the offline partitions it now lets an out-of-sync replica
+        lead elect at once, not at the next broker change."""
+        offline = [tp for tp, state in self.states.items()
+                   if (topic is None or tp.topic == topic) and (not state.has_leader or state.leader not in self.live)]
+        if offline:
+            log.info("unclean.leader.election.enable turned on%s: electing %d offline partition(s)",
+                     f" for {topic}" if topic else " (broker default)", len(offline))
+            await self._reconcile(offline)
 
     def _offline_election(self, state: LeaderAndIsr, assignment: tuple[int, ...], live: set[int],
                           unclean: bool) -> LeaderAndIsr | None:
