@@ -379,3 +379,22 @@ def test_dynamic_changes_apply_to_the_next_appends(broker: BrokerProcess) -> Non
         produced += records
         assert set(data_codecs(broker, topic)[before:]) == {codec}, f"step {n}: stored {data_codecs(broker, topic)}"
     assert_every_client_reads(broker.bootstrap, topic, produced)
+
+
+def test_fetch_before_v10_on_a_zstd_topic_is_refused(cbroker: BrokerProcess) -> None:
+    """Kafka's ``maybeConvertFetchedData``: Fetch < v10 predates zstd (KIP-110), so a client fetching a topic whose
+    ``compression.type`` is zstd at such a version gets UNSUPPORTED_COMPRESSION_TYPE, not batches it cannot read."""
+    from tests.broker.kafka_wire import WireClient
+
+    create_topic(cbroker.bootstrap, "zstd-old-fetch", {"compression.type": "zstd"})
+    produce(cbroker.bootstrap, "zstd-old-fetch", make_records(5, "old"), "none", chunks=1)
+    with WireClient(cbroker.bootstrap) as wire:
+        codes = {}
+        for version in (4, 9, 10, 12):
+            r = wire.call(1, version, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                          session_epoch=-1, replica_id=-1, rack_id="", forgotten_topics_data=[],
+                          topics=[{"topic": "zstd-old-fetch", "partitions": [
+                              {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                               "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1}]}])
+            codes[version] = int(r.responses[0].partitions[0].error_code)
+    assert codes == {4: 76, 9: 76, 10: 0, 12: 0}, codes

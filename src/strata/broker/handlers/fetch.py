@@ -85,6 +85,12 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
         replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
         if replica_id >= 0:
             return _read_for_follower(ctx, tp, plog, p, replica_id, budget, state, out)
+        if ctx.version < 10 and plog.config.compression_type == "zstd":
+            # Kafka's maybeConvertFetchedData: Fetch < v10 predates zstd (KIP-110); a topic recompressed to zstd
+            # would hand such a client batches it cannot read
+            state.errors = True
+            out["error_code"] = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+            return out
         # A negative partition_max_bytes (hostile or buggy client) reads like 0: the first batch at most
         # (min_one_message), never a ValueError from the segment read turned into UNKNOWN_SERVER_ERROR.
         max_bytes = max(0, min(p.partition_max_bytes, budget))
