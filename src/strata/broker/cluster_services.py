@@ -185,6 +185,10 @@ class ZkClusterView:
         offline = tuple(r for r in replicas if r not in live)
         if state is None:
             return PartitionView(-1, -1, replicas, (), offline)
+        moved = self._node.peer_states.get(tp)
+        if moved is not None and moved.leader_epoch > state.leader_epoch:
+            # cut off from ZooKeeper, this broker learnt from its peers who leads now: clients go there
+            return PartitionView(moved.leader, moved.leader_epoch, replicas, moved.isr, offline)
         leader = state.leader if state.leader in live else -1
         if leader == self._node.broker_id and not self._node.leadership_confirmed:
             leader = -1  # cut off from ZooKeeper: another broker may lead now; clients ask again elsewhere

@@ -46,6 +46,7 @@ from strata.broker.transaction_metrics import register_transaction_metrics
 from strata.broker.transactions import TransactionService
 from strata.broker.user_credentials import UserCredentials
 from strata.cluster.entity_configs import EntityConfigsZk
+from strata.cluster.isolation import LeadershipProbe
 from strata.cluster.node import ClusterNode
 from strata.cluster.zk import ZkUnavailableError
 from strata.cluster.znodes import ConfigType, Endpoint
@@ -416,6 +417,15 @@ class Broker:
         node.on_session_lost.append(self.replicas.fence_leaderships)
         node.on_session_presumed_lost.append(self.replicas.fence_leaderships)
         node.on_session_restored.append(self.replicas.unfence_leaderships)
+        node.on_leaderships_replaced.append(self.replicas.fence_partitions)
+        inter_broker = self.config.inter_broker_listener_name
+
+        def peers() -> list[tuple[int, str, int]]:
+            found = ((b, node.metadata.endpoint(b, inter_broker)) for b in node.metadata.brokers)
+            return [(b, ep[0], ep[1]) for b, ep in found if ep is not None and b != self.node_id]
+
+        node.probe = LeadershipProbe(self.node_id, peers, self.replicas.led_partitions,
+                                     inter_broker_security(self.config))
         node.on_reregistered.append(member.refresh_leaderships)
         await node.start_metadata(member.listener())
         member.reconcile()

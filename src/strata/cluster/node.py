@@ -28,6 +28,7 @@ from typing import Any
 
 from strata.cluster import algorithms
 from strata.cluster.controller import KafkaController
+from strata.cluster.isolation import LeadershipProbe, PeerState
 from strata.cluster.metadata import MetadataCache, MetadataListener
 from strata.cluster.registration import create_or_get_cluster_id, register_broker
 from strata.cluster.zk import AsyncZk, MultiError, Op, SessionState, ZkBadVersionError, ZkNodeExistsError, ZkNoNodeError
@@ -101,6 +102,10 @@ class ClusterNode:
         self.on_reregistered: list[Any] = []
         self.on_session_presumed_lost: list[Any] = []  # session_timeout without ZooKeeper (_presume_expired)
         self.on_session_restored: list[Any] = []  # the session survived a presumed expiry after all
+        # Without ZooKeeper: the peers' view of partitions this broker led and lost (``strata.cluster.isolation``)
+        self.probe: LeadershipProbe | None = None
+        self.peer_states: dict[TopicPartition, PeerState] = {}
+        self.on_leaderships_replaced: list[Any] = []  # called with the set of partitions peers saw move on
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -143,6 +148,8 @@ class ClusterNode:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.controller.stop()
         self.metadata.stop()
+        if self.probe is not None:
+            self.probe.close()
         await self.zk.close()
 
     def _on_session(self, state: SessionState) -> None:
@@ -158,6 +165,7 @@ class ClusterNode:
             self._suspended = False
             self._cancel_presumption()
             self.presumed_expired = False
+            self.peer_states.clear()
             log.warning("ZooKeeper session expired: this broker's registration and leaderships are gone; "
                         "acks=all appends are refused until it has re-registered")
             self.registered.clear()
@@ -171,31 +179,57 @@ class ClusterNode:
             self._suspended = False
             self._cancel_presumption()
             if self.presumed_expired and self.registered.is_set():
-                # the session outlived the disconnect: no other broker took over, the leaderships stand
+                # the session outlived the disconnect: no other broker took over, the leaderships stand (those a
+                # peer saw move on stay fenced until the watched state makes this broker their follower)
                 self.presumed_expired = False
                 for fn in self.on_session_restored:
-                    fn()
+                    fn(set(self.peer_states))
+            self.peer_states.clear()
             if not self.registered.is_set() and self.broker_epoch >= 0 and (
                     self._reregistering is None or self._reregistering.done()):
                 self._reregistering = self._spawn(self._reregister())
 
     async def _presume_expired(self) -> None:
-        """A broker cut off from ZooKeeper learns that its session expired only when it reconnects (the
-        server expires it; the client cannot know). Meanwhile the controller, seeing the registration gone,
-        has elected other leaders, and a broker still reachable by clients would keep naming itself leader
-        in Metadata and keep taking writes it cannot commit: clients stay on it, and acknowledgements stop.
-        Once the session timeout has passed without ZooKeeper, the session is as good as expired: the
-        leaderships are fenced (writes refused with NOT_LEADER_OR_FOLLOWER, Metadata names no leader for
-        them), so clients go to the new leaders. A session that survived after all restores them."""
-        await asyncio.sleep(self.config.zookeeper_session_timeout_ms / 1000)
-        if self._closing or not self._suspended:
-            return
-        self.presumed_expired = True
-        log.warning("no ZooKeeper for zookeeper.session.timeout.ms=%d: the session is presumed expired and "
-                    "this broker's leaderships fenced until ZooKeeper confirms them",
-                    self.config.zookeeper_session_timeout_ms)
-        for fn in self.on_session_presumed_lost:
-            fn()
+        """While ZooKeeper is away: learn from the peers which leaderships moved on (fenced at once), and
+        presume the session expired when no peer has answered for a whole session timeout either.
+
+        A broker cut off from ZooKeeper learns that its session expired only when it reconnects (the server
+        expires it; the client cannot know), while the controller has already elected other leaders. Still
+        reachable by clients, it would keep naming itself leader and taking writes it cannot commit. Yet going
+        quiet alone proves nothing: with the whole ensemble down every broker loses ZooKeeper and Kafka's leaders
+        keep serving. The peers tell the two apart (``strata.cluster.isolation``)."""
+        timeout_s = self.config.zookeeper_session_timeout_ms / 1000
+        start = time.monotonic()
+        last_answer: float | None = None
+        while not self._closing and self._suspended:
+            result = None
+            if self.probe is not None:
+                try:
+                    result = await self.probe.probe()
+                except Exception as e:  # noqa: BLE001 - a probe that fails proves nothing; try again
+                    log.debug("leadership probe failed: %s", e)
+            now = time.monotonic()
+            if not self._suspended or self._closing:
+                return
+            if result is not None and result.reachable:
+                last_answer = now
+            if result is not None and result.replaced:
+                new = {tp: st for tp, st in result.replaced.items() if self.peer_states.get(tp) != st}
+                if new:
+                    self.peer_states.update(new)
+                    log.warning("without ZooKeeper; peers report new leaders of %d partition(s) this broker led "
+                                "(%s): fenced", len(new), ", ".join(sorted(str(tp) for tp in new)[:5]))
+                    for fn in self.on_leaderships_replaced:
+                        fn(set(new))
+            silent = now - (last_answer if last_answer is not None else start)
+            if not self.presumed_expired and now - start >= timeout_s and silent >= timeout_s:
+                self.presumed_expired = True
+                log.warning("no ZooKeeper and no peer answering for zookeeper.session.timeout.ms=%d: the session is "
+                            "presumed expired and this broker's leaderships fenced until ZooKeeper confirms them",
+                            self.config.zookeeper_session_timeout_ms)
+                for fn in self.on_session_presumed_lost:
+                    fn()
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
     def _cancel_presumption(self) -> None:
         if self._presume is not None and not self._presume.done():

@@ -203,11 +203,25 @@ class ReplicaManager:
                 part.fenced = True
         self.wake_all()
 
-    def unfence_leaderships(self) -> None:
-        """The session survived a presumed expiry: the registration never went, nobody took over."""
-        for part in self.partitions.values():
-            part.fenced = False
+    def fence_partitions(self, tps: set[TopicPartition]) -> None:
+        """Peers saw these leaderships move on (a higher leader epoch) while ZooKeeper was away: refuse appends."""
+        for tp in tps:
+            part = self.partitions.get(tp)
+            if part is not None and part.is_leader:
+                part.fenced = True
         self.wake_all()
+
+    def unfence_leaderships(self, keep: set[TopicPartition] | frozenset[TopicPartition] = frozenset()) -> None:
+        """The session survived a presumed expiry: the registration never went, so the leaderships stand, except
+        ``keep`` (peers saw those move on: they stay fenced until the watched state makes this broker follow)."""
+        for tp, part in self.partitions.items():
+            if tp not in keep:
+                part.fenced = False
+        self.wake_all()
+
+    def led_partitions(self) -> dict[TopicPartition, int]:
+        """The partitions led here, with their leader epochs (what a leadership probe asks peers about)."""
+        return {tp: part.leader_epoch for tp, part in self.partitions.items() if part.is_leader}
 
     def update_assignment(self, tp: TopicPartition, replicas: tuple[int, ...]) -> None:
         part = self.partitions.get(tp)
