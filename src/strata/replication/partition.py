@@ -181,15 +181,18 @@ class Partition:
         follower.update_fetch(fetch_offset, log_start_offset, now_ms, self.log.log_end_offset)
         return self.maybe_increment_high_watermark()
 
-    def isr_to_expand(self) -> int | None:
-        """A follower not in the ISR that caught up with the HW and this epoch (Kafka ``maybeExpandIsr``)."""
-        if not self.is_leader or self.isr_change_in_flight:
+    def isr_to_expand(self, replica_id: int) -> int | None:
+        """``replica_id``, the follower that just fetched, if it is out of the ISR and caught up with the HW and
+        this epoch (Kafka's ``maybeExpandIsr`` for the fetching replica). Only the fetching follower: another
+        one's last fetch may be long ago (it lost the network), and on an idle partition its stale end offset
+        still equals the HW; taken back into the ISR, it would hold every acks=all write until the next shrink,
+        again and again."""
+        if not self.is_leader or self.isr_change_in_flight or replica_id in self.isr or replica_id not in self.replicas:
             return None
-        hw = self.log.high_watermark
-        for r, f in self.followers.items():
-            if r not in self.isr and r in self.replicas and f.log_end_offset >= hw \
-                    and f.log_end_offset >= self.leader_epoch_start_offset:
-                return r
+        f = self.followers.get(replica_id)
+        if f is not None and f.log_end_offset >= self.log.high_watermark \
+                and f.log_end_offset >= self.leader_epoch_start_offset:
+            return replica_id
         return None
 
     def out_of_sync_replicas(self, now_ms: int, max_lag_ms: int) -> set[int]:

@@ -281,7 +281,7 @@ class ReplicaManager:
         now = self.clock.milliseconds()
         if part.update_follower_fetch(replica_id, fetch_offset, log_start_offset, now):
             self._wake(tp)  # acks=all produces and consumers waiting for the HW
-        joining = part.isr_to_expand()
+        joining = part.isr_to_expand(replica_id)
         if joining is not None:
             self._propose_isr(part, part.isr | {joining}, "expand")
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from pathlib import Path
 
 from tests.conftest import OpenLog
 
-from strata.common import TopicPartition
+from strata.common import ManualClock, ManualScheduler, TopicPartition
+from strata.config import LogConfig
 from strata.errors import ErrorCode
+from strata.log.manager import LogManager
 from strata.protocol.records.builder import build_batch
 from strata.replication.partition import Partition, PartitionState, Transition
+from strata.replication.replica_manager import ReplicaManager
 
 T = 1_700_000_000_000
 TP = TopicPartition("t", 0)
@@ -67,11 +72,42 @@ def test_out_of_sync_followers_and_expansion(open_log: OpenLog) -> None:
     part.update_follower_fetch(2, 5, 0, now_ms=1001)  # reached the leader's end: caught up now
     assert part.out_of_sync_replicas(now_ms=1500, max_lag_ms=1000) == set()
     assert part.log.high_watermark == 5
-    assert part.isr_to_expand() is None
+    assert part.isr_to_expand(2) is None  # in the ISR already
     part.update_follower_fetch(3, 2, 0, now_ms=1500)
-    assert part.isr_to_expand() is None  # behind the HW
+    assert part.isr_to_expand(3) is None  # behind the HW
     part.update_follower_fetch(3, 5, 0, now_ms=1600)
-    assert part.isr_to_expand() == 3
+    assert part.isr_to_expand(3) == 3
+
+
+def test_only_the_fetching_follower_can_rejoin_the_isr(tmp_path: Path) -> None:
+    """Found by the nemesis: follower 3 fetched to the end, lost the network and left the ISR; on an idle
+    partition its stale end offset still equals the HW, and a fetch by follower 2 took 3 back into the ISR,
+    where it held every acks=all write until the next shrink, every few seconds (Kafka expands the ISR only
+    with the replica that fetched)."""
+    clock = ManualClock(T)
+    logs = LogManager([tmp_path / "logs"], lambda _t: LogConfig(), clock, ManualScheduler())
+    rm = ReplicaManager(1, logs, lambda _t: LogConfig(), clock)
+    proposed: list[tuple[int, ...]] = []
+
+    async def writer(tp: TopicPartition, state: PartitionState) -> PartitionState | None:
+        proposed.append(state.isr)
+        return None
+
+    rm.isr_writer = writer
+
+    async def scenario() -> None:
+        rm.become_leader_or_follower(TP, uuid.uuid4(), PartitionState(1, 5, (1, 2), (1, 2, 3), partition_epoch=3))
+        part = rm.partitions[TP]
+        part.log.append_as_leader(records(5), part.leader_epoch)
+        part.update_follower_fetch(3, 5, 0, now_ms=T)  # 3's last fetch before it lost the network
+        rm.update_follower_fetch(TP, 2, 5, 0)  # 2 fetches: the HW is 5, 3's stale end offset too
+        await asyncio.sleep(0)
+        assert proposed == []
+        rm.update_follower_fetch(TP, 3, 5, 0)  # 3 itself fetches again: it rejoins
+        await asyncio.sleep(0)
+        assert proposed == [(1, 2, 3)]
+
+    asyncio.run(scenario())
 
 
 def test_caught_up_at_the_previous_fetch_when_this_one_reaches_where_the_leader_was(open_log: OpenLog) -> None:
