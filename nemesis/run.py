@@ -35,10 +35,48 @@ class RunResult:
     history: History
     out: Path
     workload_errors: list[str]
+    stalls: list[tuple[float, float]]  # when the clients' own process could not run (see Heartbeat)
+
+    def availability_violations(self) -> list[tuple[object, object]]:
+        """The availability violations not explained by a stall of the clients' process during the window."""
+        return [(w, pw) for w, pw in self.result.availability.violations
+                if not any(a < w.end and b > w.fault.start for a, b in self.stalls)]
 
     @property
     def ok(self) -> bool:
-        return self.result.ok and self.result.availability.ok and not self.workload_errors
+        return self.result.ok and not self.availability_violations() and not self.workload_errors
+
+
+class Heartbeat(threading.Thread):
+    """Measures the instrument: when the process that runs the clients cannot run a thread for ``gap_s``
+    (the GIL held by a blocking C call, the machine starved), acknowledgements stop for reasons that are not
+    the brokers'. Such stalls are recorded (and the Python stacks of every thread dumped to ``stalls.txt`` by
+    faulthandler, which needs no GIL), and a window they overlap is not judged for availability."""
+
+    def __init__(self, history: History, dump: Path, gap_s: float = 1.5) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.history, self.gap_s = history, gap_s
+        self.stalls: list[tuple[float, float]] = []
+        self._dump = open(dump, "w")  # noqa: SIM115 - closed by stop()
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        import faulthandler
+
+        last = self.history.now()
+        while not self._stop.is_set():
+            faulthandler.dump_traceback_later(self.gap_s + 1.0, repeat=False, file=self._dump)
+            time.sleep(0.1)
+            now = self.history.now()
+            if now - last > self.gap_s:
+                self.stalls.append((last, now))
+            last = now
+        faulthandler.cancel_dump_traceback_later()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(5)
+        self._dump.close()
 
 
 def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: float = 10.0,
@@ -59,6 +97,8 @@ def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: f
     env = Environment(out / "cluster", partitions=partitions, unclean_election=unclean_election, tiered=tiered)
     stop = threading.Event()
     workloads: list[Workload] = []
+    heartbeat = Heartbeat(history, out / "stalls.txt")
+    heartbeat.start()
     try:
         env.start()
         say(f"cluster up: brokers {env.bootstrap}; seed {seed}, {windows} windows of {fault_s:g} s")
@@ -91,6 +131,7 @@ def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: f
         final_read(history, env.bootstrap, TOPIC, partitions)
     finally:
         stop.set()
+        heartbeat.stop()
         history.close()
         env.stop()
         _keep_logs(env, out)
@@ -99,13 +140,17 @@ def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: f
     errors = [e for w in workloads for e in w.errors]
     if errors:
         report += "\n\nWorkload errors (bugs of the harness, not anomalies):\n" + "\n".join(errors)
+    if heartbeat.stalls:
+        report += ("\n\nStalls of the clients' process (windows they overlap are not judged for availability; "
+                   "stacks in stalls.txt):\n" + "\n".join(f"  {a:7.1f}s - {b:7.1f}s ({b - a:.1f} s)"
+                                                         for a, b in heartbeat.stalls))
     (out / "report.txt").write_text(report + "\n")
     try:
         plot_timeline(history, result, out / "timeline.png", title=f"nemesis seed {seed}")
     except ImportError:  # matplotlib is a test extra
         pass
     say(report)
-    return RunResult(result, history, out, errors)
+    return RunResult(result, history, out, errors, heartbeat.stalls)
 
 
 def _keep_logs(env: Environment, out: Path) -> None:

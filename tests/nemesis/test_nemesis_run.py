@@ -26,7 +26,7 @@ def test_short_seeded_nemesis_run_finds_no_anomaly(tmp_path: Path) -> None:
     assert not r.workload_errors, r.workload_errors
     assert len(r.history.faults) == 3
     assert r.result.ok, report
-    assert r.result.availability.ok, report
+    assert not r.availability_violations(), report  # windows with a stall of the clients' process excepted
     # the run wrote, read and committed (a checker of an empty history would pass anything)
     stats = r.result.stats
     assert sum(1 for op in r.history.ops if op.f == "send" and op.outcome == "ok") > 500, stats
