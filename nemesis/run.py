@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -58,13 +59,13 @@ class Heartbeat(threading.Thread):
         self.history, self.gap_s = history, gap_s
         self.stalls: list[tuple[float, float]] = []
         self._dump = open(dump, "w")  # noqa: SIM115 - closed by stop()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         import faulthandler
 
         last = self.history.now()
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             faulthandler.dump_traceback_later(self.gap_s + 1.0, repeat=False, file=self._dump)
             time.sleep(0.1)
             now = self.history.now()
@@ -74,7 +75,7 @@ class Heartbeat(threading.Thread):
         faulthandler.cancel_dump_traceback_later()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(5)
         self._dump.close()
 
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable=true")
     ap.add_argument("--no-tiered", action="store_true", help="no S3 store, no tiered topic")
     args = ap.parse_args(argv)
+    # a SIGTERM (CI's time limit, a kill) unwinds like Ctrl-C: brokers, ZooKeeper and namespaces are removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seeds = args.seed or [random.SystemRandom().randrange(1 << 31) for _ in range(args.runs)]
     kinds = args.kinds.split(",") if args.kinds else None
     failed = []
