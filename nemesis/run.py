@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,14 +50,17 @@ class RunResult:
 
 
 class Heartbeat(threading.Thread):
-    """Measures the instrument: when the process that runs the clients cannot run a thread for ``gap_s``
-    (the GIL held by a blocking C call, the machine starved), acknowledgements stop for reasons that are not
-    the brokers'. Such stalls are recorded (and the Python stacks of every thread dumped to ``stalls.txt`` by
-    faulthandler, which needs no GIL), and a window they overlap is not judged for availability."""
+    """Measures the instrument. Acknowledgements also stop for reasons that are not the brokers': the process
+    that runs the clients cannot run a thread (the GIL held by a blocking C call, the machine starved), or
+    every producer thread sits blocked inside the client library (seen: librdkafka's ``poll()`` with a 16 ms
+    timeout returning after 2-8 s, in two producer instances at once, at the start of some peer isolations).
+    Both are recorded as stalls, with the Python stack of every thread (``stalls.txt``; faulthandler for the
+    first kind, as it needs no GIL), and a window a stall overlaps is not judged for availability."""
 
-    def __init__(self, history: History, dump: Path, gap_s: float = 1.5) -> None:
+    def __init__(self, history: History, dump: Path, progress: Callable[[], dict[str, float]] = dict,
+                 gap_s: float = 1.5) -> None:
         super().__init__(name="heartbeat", daemon=True)
-        self.history, self.gap_s = history, gap_s
+        self.history, self.gap_s, self.progress = history, gap_s, progress
         self.stalls: list[tuple[float, float]] = []
         self._dump = open(dump, "w")  # noqa: SIM115 - closed by stop()
         self._halt = threading.Event()
@@ -65,6 +69,7 @@ class Heartbeat(threading.Thread):
         import faulthandler
 
         last = self.history.now()
+        blocked_since: float | None = None
         while not self._halt.is_set():
             faulthandler.dump_traceback_later(self.gap_s + 1.0, repeat=False, file=self._dump)
             time.sleep(0.1)
@@ -72,7 +77,26 @@ class Heartbeat(threading.Thread):
             if now - last > self.gap_s:
                 self.stalls.append((last, now))
             last = now
+            progress = self.progress()
+            mono = time.monotonic()
+            if progress and all(mono - t > self.gap_s for t in progress.values()):
+                if blocked_since is None:
+                    blocked_since = now - (mono - max(progress.values()))
+                    self._stacks(f"every producer thread blocked in its client for {self.gap_s} s at {now:.1f} s")
+            elif blocked_since is not None:
+                self.stalls.append((blocked_since, now))
+                blocked_since = None
         faulthandler.cancel_dump_traceback_later()
+
+    def _stacks(self, why: str) -> None:
+        import sys
+        import traceback
+
+        names = {t.ident: t.name for t in threading.enumerate()}
+        self._dump.write(f"==== {why}\n")
+        for ident, frame in sys._current_frames().items():
+            self._dump.write(f"-- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)[-4:]))
+        self._dump.flush()
 
     def stop(self) -> None:
         self._halt.set()
@@ -98,13 +122,15 @@ def run(out: Path, *, seed: int, windows: int, fault_s: float = 15.0, quiet_s: f
     env = Environment(out / "cluster", partitions=partitions, unclean_election=unclean_election, tiered=tiered)
     stop = threading.Event()
     workloads: list[Workload] = []
-    heartbeat = Heartbeat(history, out / "stalls.txt")
+    producers: IdempotentProducers | None = None
+    heartbeat = Heartbeat(history, out / "stalls.txt", lambda: dict(producers.progress) if producers else {})
     heartbeat.start()
     try:
         env.start()
         say(f"cluster up: brokers {env.bootstrap}; seed {seed}, {windows} windows of {fault_s:g} s")
+        producers = IdempotentProducers(history, stop, env.bootstrap, TOPIC, partitions)
         workloads = [
-            IdempotentProducers(history, stop, env.bootstrap, TOPIC, partitions),
+            producers,
             TransactionalWriter(history, stop, env.bootstrap, TOPIC, partitions, seed),
             GroupConsumer(history, stop, env.bootstrap, TOPIC, "nemesis-group"),
         ]

@@ -58,6 +58,7 @@ class IdempotentProducers(Workload):
         super().__init__("producers", history, stop)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.count, self.rate = count, rate
+        self.progress: dict[str, float] = {}  # process -> monotonic time of its last loop (the heartbeat reads it)
 
     def work(self) -> None:
         threads = [threading.Thread(target=self._one, args=(i,), daemon=True) for i in range(self.count)]
@@ -92,6 +93,7 @@ class IdempotentProducers(Workload):
         seq = 0
         next_t = time.monotonic()
         while not self.stop_event.is_set():
+            self.progress[proc] = time.monotonic()
             partition = seq % self.partitions
             value = f"{proc}-{seq}"
             op = h.send(proc, tp(self.topic, partition), value, idempotent=True)
@@ -102,6 +104,7 @@ class IdempotentProducers(Workload):
             seq += 1
             next_t += interval
             producer.poll(max(0.0, next_t - time.monotonic()))
+        self.progress.pop(proc, None)
         producer.flush(90)
 
 
