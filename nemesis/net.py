@@ -44,35 +44,27 @@ class NetError(RuntimeError):
     pass
 
 
-def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    argv = ["ip", *(["-n", netns] if netns else []), *args]
+def _run(argv: list[str], check: bool) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT_S)
     if check and r.returncode != 0:
         raise NetError(f"{' '.join(argv)}: {r.stderr.strip() or r.returncode}")
     return r
+
+
+def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(["ip", *(["-n", netns] if netns else []), *args], check)
 
 
 def _tc(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    argv = ["ip", "netns", "exec", netns, "tc", *args]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT_S)
-    if check and r.returncode != 0:
-        raise NetError(f"{' '.join(argv)}: {r.stderr.strip() or r.returncode}")
-    return r
+    return _run(["ip", "netns", "exec", netns, "tc", *args], check)
 
 
 def _nft(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    argv = ["ip", "netns", "exec", netns, "nft", *args]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT_S)
-    if check and r.returncode != 0:
-        raise NetError(f"{' '.join(argv)}: {r.stderr.strip() or r.returncode}")
-    return r
+    return _run(["ip", "netns", "exec", netns, "nft", *args], check)
 
 
 def _nft_root(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(["nft", *args], capture_output=True, text=True, timeout=_CMD_TIMEOUT_S)
-    if check and r.returncode != 0:
-        raise NetError(f"nft {' '.join(args)}: {r.stderr.strip() or r.returncode}")
-    return r
+    return _run(["nft", *args], check)
 
 
 def _probe_qdisc(kind: Sequence[str]) -> bool:
