@@ -527,6 +527,8 @@ class Broker:
             # followers track what their leader uploaded (their local retention deletes only that) and
             # rebuild their log from remote storage when they fall below the leader's local log start.
             self.member.hooks.leading.append(lambda tp, topic_id: rlm.on_leadership_change({tp: topic_id}))
+            replicas = self.replicas
+            rlm.leadership_confirmed = lambda tp: not ((p := replicas.partitions.get(tp)) is not None and p.fenced)
             self.member.hooks.not_leading.append(
                 lambda tp, topic_id, deleted: rlm.release(tp) if deleted else rlm.on_follower({tp: topic_id}))
 

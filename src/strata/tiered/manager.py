@@ -213,6 +213,11 @@ class RemoteLogManager:
         self._reader = ThreadPoolExecutor(config.reader_threads, "remote-log-reader")
         self._pending_reads = 0
         self._background: set[asyncio.Task[Any]] = set()
+        # Cluster mode: whether this broker's leadership of a partition is confirmed. A broker cut off from
+        # ZooKeeper whose peers report a newer leader (or that hears from nobody) is fenced; its leader tasks
+        # must then neither upload nor clean "dangling" uploads, which are the new leader's (the nemesis found
+        # such a zombie deleting the new leader's upload in flight: a hole in the log once local retention ran).
+        self.leadership_confirmed: Callable[[TopicPartition], bool] = lambda _tp: True
         self._scratch = log_dir / "remote-log-scratch"
         self._closed = False
         # KIP-956: one copy and one fetch quota for the whole broker (Kafka's rlmCopy/FetchQuotaManager)
@@ -528,7 +533,7 @@ class RemoteLogManager:
         while True:
             delay_ms = self.config.task_interval_ms
             try:
-                if self.rlmm.is_ready(st.tip) and st.copy_cancelled is None:
+                if self.rlmm.is_ready(st.tip) and st.copy_cancelled is None and self.leadership_confirmed(st.tp):
                     await self._copy_log_segments_to_remote(st)
                 if st.failures:
                     self._log_copy_recovered(st)
@@ -667,6 +672,24 @@ class RemoteLogManager:
                 f"custom metadata of {len(custom)} bytes is over remote.log.metadata.custom.metadata.max.bytes "
                 f"({limit}) for {md.remote_log_segment_id}")
         self.rlmm.update_remote_log_segment_metadata(finished)
+        self._confirm_finished(md)
+
+    def _confirm_finished(self, md: RemoteLogSegmentMetadata) -> None:
+        """Cluster mode: COPY_SEGMENT_FINISHED counts only once the metadata shows it. Another broker may have
+        started deleting the upload in between (a leader that did not know it was replaced took it for
+        dangling), and the metadata then drops the FINISHED event: counted anyway, this broker's local
+        retention would delete segments that exist nowhere else. Unconfirmed, the segment is copied again."""
+        sync = getattr(self.rlmm, "sync", None)
+        if sync is None:
+            return
+        tip = md.topic_id_partition
+        sync(tip)
+        current = next((m for m in self.rlmm.list_remote_log_segments(tip)
+                        if m.remote_log_segment_id == md.remote_log_segment_id), None)
+        if current is None or current.state is not S.COPY_SEGMENT_FINISHED:
+            log.warning("upload %s not confirmed (%s): another broker deleted it meanwhile; it is copied again",
+                        describe(tip, md), "gone" if current is None else current.state.name)
+            raise UploadAbandonedError(f"upload of {md.remote_log_segment_id} was deleted by another broker")
 
     def _abandon_if_taken_over(self, md: RemoteLogSegmentMetadata) -> None:
         """Cluster mode: leadership may have moved while this upload ran, and the new leader treats an
@@ -752,7 +775,7 @@ class RemoteLogManager:
         while True:
             delay_ms = self.config.task_interval_ms
             try:
-                if self.rlmm.is_ready(st.tip):
+                if self.rlmm.is_ready(st.tip) and self.leadership_confirmed(st.tp):
                     await self.expire_once(st)
                 failures = 0
             except asyncio.CancelledError:
