@@ -52,6 +52,7 @@ loadable file.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -259,8 +260,12 @@ class History:
         self._t0 = clock()
         self._lock = threading.Lock()
         self._file: IO[str] | None = None
+        self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
         if path is not None:
             self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            self._writer = threading.Thread(target=self._drain, name="history-writer", daemon=True)
+            self._writer.start()
             self._write(self.meta.to_json())
 
     # -- recording --------------------------------------------------------------------------------------------
@@ -270,9 +275,19 @@ class History:
         return self._clock() - self._t0
 
     def _write(self, d: dict[str, Any]) -> None:
+        """Queue a line for the writer thread. Recording never waits on the disk: with brokers writing hard
+        on the same disk, the kernel throttles a heavy writer (dirty page writeback) for seconds, and a write
+        under the history's lock then stalled every client thread that records, which looked like brokers
+        not acknowledging (the nemesis' first runs)."""
         if self._file is not None:
-            self._file.write(_dumps(d) + "\n")
-            self._file.flush()
+            self._lines.put(_dumps(d))
+
+    def _drain(self) -> None:
+        assert self._file is not None
+        while (line := self._lines.get()) is not None:
+            self._file.write(line + "\n")
+            if self._lines.empty():
+                self._file.flush()
 
     def invoke(self, process: Process, f: str, *, t: float | None = None, **fields: Any) -> Op:
         """Record the start of an operation; its id is assigned here, so ids follow invocation order."""
@@ -400,6 +415,9 @@ class History:
             for fault in self.faults:
                 if fault.end is None:
                     self._write(fault.to_json())
+            self._lines.put(None)
+            if self._writer is not None:
+                self._writer.join(120)
             self._file.close()
             self._file = None
 

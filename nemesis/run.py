@@ -77,7 +77,10 @@ class Heartbeat(threading.Thread):
             if now - last > self.gap_s:
                 self.stalls.append((last, now))
             last = now
-            progress = self.progress()
+            try:
+                progress = self.progress()
+            except RuntimeError:  # the dict changed while it was copied: look again next time
+                continue
             mono = time.monotonic()
             if progress and all(mono - t > self.gap_s for t in progress.values()):
                 if blocked_since is None:
