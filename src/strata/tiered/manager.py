@@ -686,9 +686,11 @@ class RemoteLogManager:
         sync(tip)
         current = next((m for m in self.rlmm.list_remote_log_segments(tip)
                         if m.remote_log_segment_id == md.remote_log_segment_id), None)
-        if current is None or current.state is not S.COPY_SEGMENT_FINISHED:
+        # Only a delete proves the upload lost: our FINISHED may simply not be read back yet (the metadata
+        # topic's write is asynchronous), and a segment absent from a partial view is no proof either.
+        if current is not None and current.state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
             log.warning("upload %s not confirmed (%s): another broker deleted it meanwhile; it is copied again",
-                        describe(tip, md), "gone" if current is None else current.state.name)
+                        describe(tip, md), current.state.name)
             raise UploadAbandonedError(f"upload of {md.remote_log_segment_id} was deleted by another broker")
 
     def _abandon_if_taken_over(self, md: RemoteLogSegmentMetadata) -> None:
