@@ -674,18 +674,27 @@ class RemoteLogManager:
         self.rlmm.update_remote_log_segment_metadata(finished)
         self._confirm_finished(md)
 
+    def _synced_state(self, md: RemoteLogSegmentMetadata
+                      ) -> tuple[TopicIdPartition, RemoteLogSegmentMetadata | None] | None:
+        """Cluster mode (an RLMM that can ``sync``): the segment as the metadata has it once read to its end
+        (None inside: not listed); None when the RLMM cannot sync (nothing to compare with)."""
+        sync = getattr(self.rlmm, "sync", None)
+        if sync is None:
+            return None
+        tip = md.topic_id_partition
+        sync(tip)
+        return tip, next((m for m in self.rlmm.list_remote_log_segments(tip)
+                          if m.remote_log_segment_id == md.remote_log_segment_id), None)
+
     def _confirm_finished(self, md: RemoteLogSegmentMetadata) -> None:
         """Cluster mode: COPY_SEGMENT_FINISHED counts only once the metadata shows it. Another broker may have
         started deleting the upload in between (a leader that did not know it was replaced took it for
         dangling), and the metadata then drops the FINISHED event: counted anyway, this broker's local
         retention would delete segments that exist nowhere else. Unconfirmed, the segment is copied again."""
-        sync = getattr(self.rlmm, "sync", None)
-        if sync is None:
+        found = self._synced_state(md)
+        if found is None:
             return
-        tip = md.topic_id_partition
-        sync(tip)
-        current = next((m for m in self.rlmm.list_remote_log_segments(tip)
-                        if m.remote_log_segment_id == md.remote_log_segment_id), None)
+        tip, current = found
         # Only a delete proves the upload lost: our FINISHED may simply not be read back yet (the metadata
         # topic's write is asynchronous), and a segment absent from a partial view is no proof either.
         if current is not None and current.state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
@@ -700,13 +709,10 @@ class RemoteLogManager:
         run before the last object landed) and give up - so the store never keeps an object the metadata
         does not list. When the check passes and the new leader deletes afterwards, its delete follows
         the finished upload, which is just as clean."""
-        sync = getattr(self.rlmm, "sync", None)
-        if sync is None:
+        found = self._synced_state(md)
+        if found is None:
             return
-        tip = md.topic_id_partition
-        sync(tip)
-        current = next((m for m in self.rlmm.list_remote_log_segments(tip)
-                        if m.remote_log_segment_id == md.remote_log_segment_id), None)
+        tip, current = found
         if current is None or current.state is not S.COPY_SEGMENT_STARTED:
             log.info("abandoning upload %s: another leader took it over (%s)", describe(tip, md),
                      "gone" if current is None else current.state.name)
