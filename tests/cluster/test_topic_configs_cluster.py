@@ -210,3 +210,33 @@ def test_retention_bytes_applies_on_every_replica(cluster: Cluster) -> None:
     low, high = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "wm"}).get_watermark_offsets(
         TopicPartition(topic, 0), timeout=10)
     assert high == 2_000 and low > 1_000, (low, high)
+
+
+def test_compression_type_is_applied_by_the_leader_and_kept_by_followers(cluster: Cluster) -> None:
+    """``compression.type=zstd`` fed by an uncompressed producer: the leader stores zstd batches and the
+    followers keep the leader's bytes (they never recompress); created, then altered to lz4 on every replica."""
+    from strata.protocol.records import CompressionType, iter_batches
+
+    topic = "codec"
+    create(cluster, topic, **{"compression.type": "zstd"})
+
+    def codecs(b: int) -> list[int]:
+        d = cluster.brokers[b].data_dir / "logs" / f"{topic}-0"
+        return [h.compression for f in sorted(d.glob("*.log")) for _, h in iter_batches(f.read_bytes())]
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "compression.type": "none"})
+    for i in range(50):
+        p.produce(topic, value=b"%099d" % i, partition=0)
+    assert p.flush(30) == 0
+    wait_until(lambda: all(len(codecs(b)) > 0 and len(codecs(b)) == len(codecs(1)) for b in cluster.brokers), 30,
+               "every replica caught up")
+    assert {c for b in cluster.brokers for c in codecs(b)} == {CompressionType.ZSTD}
+    alter(cluster, topic, "compression.type", AlterConfigOpType.SET, "lz4")
+    wait_for_config(cluster, topic, "compression.type", "lz4")
+    before = len(codecs(1))
+    for i in range(50):
+        p.produce(topic, value=b"%099d" % i, partition=0)
+    assert p.flush(30) == 0
+    wait_until(lambda: all(len(codecs(b)) > before and len(codecs(b)) == len(codecs(1)) for b in cluster.brokers),
+               30, "every replica caught up again")
+    assert {c for b in cluster.brokers for c in codecs(b)[before:]} == {CompressionType.LZ4}
