@@ -46,8 +46,10 @@ netns-tools:
 	    $$SUDO apt-get install -y -qq --no-install-recommends iproute2 nftables >/dev/null; } || \
 	    echo "iproute2/nftables not installed"; }
 
+# Two workers (pytest-xdist): most tests wait on brokers, ZooKeeper or Spark rather than use a core.
+TEST_WORKERS ?= 2
 test: venv kcat zookeeper netns-tools
-	$(PY) -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The Jepsen-style nemesis (issue 26; root only: network namespaces): NEMESIS_ARGS, e.g. --seed 7 to replay a
 # run; the default is 5 runs of 22 fault windows (110 windows, about 50 minutes). Output: nemesis-out/seed-*/

@@ -128,7 +128,9 @@ class Anomaly:
 @dataclass(slots=True)
 class PartitionWindow:
     """One partition through one fault window. ``healthy``: its leader at the fault's start was not hit by
-    the fault (None when the history does not say who led it)."""
+    the fault (None when the history does not say who led it). ``resumed_s``: seconds from the window's end
+    to the partition's first acknowledgement after it (None: none before the history ends): how long a
+    healed fault still costs, which the rate during the window does not show."""
 
     partition: str
     leader: int | None
@@ -137,6 +139,7 @@ class PartitionWindow:
     during_rate: float
     ratio: float | None
     ok: bool
+    resumed_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -782,7 +785,10 @@ class _Checker:
                     leader, healthy = None, None
                 ratio = during / before_rate if before_rate else None
                 ok = not healthy or ratio is None or ratio >= min_ratio
-                rows.append(PartitionWindow(p, leader, healthy, before_rate, during, ratio, ok))
+                times = acks.get(p, [])
+                i = bisect.bisect_left(times, e)
+                resumed = times[i] - e if i < len(times) else None
+                rows.append(PartitionWindow(p, leader, healthy, before_rate, during, ratio, ok, resumed))
             windows.append(WindowAvailability(fault, e, before, rows))
         return Availability(bucket_s, baseline_s, min_ratio, series, windows)
 

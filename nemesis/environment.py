@@ -40,6 +40,10 @@ class Environment:
         self.props = {
             **CLUSTER_DEFAULTS,
             "zookeeper.session.timeout.ms": "4000",  # past 2-3 s stalls of a loaded 2-core machine
+            # A follower's fetch lost in a partition waits this long before it reconnects: at Kafka's 30 s the
+            # leader's partitions stayed unavailable up to 30 s after the network healed (TCP's retransmission
+            # backoff outlasts the fault). Kafka's advice for fast failover: a few times the fetch wait.
+            "replica.socket.timeout.ms": "3000",
             "unclean.leader.election.enable": str(unclean_election).lower(),
             "offsets.topic.num.partitions": "3",
             "transaction.state.log.num.partitions": "3",

@@ -76,9 +76,10 @@ def format_report(result: CheckResult, history: History | None = None, *, exampl
 
     if av.windows:
         out.append(f"Availability per fault window: acknowledged sends/s per partition, before = the "
-                   f"{av.baseline_s:g} s before the window; * = led by a broker the fault hit (not judged)")
+                   f"{av.baseline_s:g} s before the window; * = led by a broker the fault hit (not judged); "
+                   f"resumed = seconds from the window's end to the partition's next acknowledgement")
         head = (f"{'#':>3}  {'kind':<20}  {'target':<12}  {'window (s)':<20}  {'partition':<12}  {'leader':>6}  "
-                f"{'before/s':>8}  {'during/s':>8}  {'ratio':>6}  verdict")
+                f"{'before/s':>8}  {'during/s':>8}  {'ratio':>6}  {'resumed':>7}  verdict")
         out.append(head)
         out.append("-" * len(head))
         for w in av.windows:
@@ -90,10 +91,11 @@ def format_report(result: CheckResult, history: History | None = None, *, exampl
                     lead += "*"
                 verdict = "-" if not pw.healthy else ("ok" if pw.ok else "LOW")
                 ratio = "-" if pw.ratio is None else f"{pw.ratio:.2f}"
+                resumed = "never" if pw.resumed_s is None else f"{pw.resumed_s:.1f}"
                 cols = (f"{f.id:>3}  {f.kind[:20]:<20}  {f.target[:12]:<12}  {win:<20}" if i == 0 else
                         f"{'':>3}  {'':<20}  {'':<12}  {'':<20}")
                 out.append(f"{cols}  {pw.partition:<12}  {lead:>6}  {_fmt_rate(pw.before_rate):>8}  "
-                           f"{_fmt_rate(pw.during_rate):>8}  {ratio:>6}  {verdict}")
+                           f"{_fmt_rate(pw.during_rate):>8}  {ratio:>6}  {resumed:>7}  {verdict}")
         out.append("")
     if result.problems:
         out.append("History problems (the checks they concern are vacuous):")

@@ -12,9 +12,11 @@ window's availability held.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -92,13 +94,28 @@ class Heartbeat(threading.Thread):
         faulthandler.cancel_dump_traceback_later()
 
     def _stacks(self, why: str) -> None:
-        import sys
         import traceback
 
         names = {t.ident: t.name for t in threading.enumerate()}
         self._dump.write(f"==== {why}\n")
         for ident, frame in sys._current_frames().items():
             self._dump.write(f"-- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)[-4:]))
+        self._dump.flush()
+        self._native_stacks()
+
+    def _native_stacks(self) -> None:
+        """Python stacks end where a thread entered C; py-spy (if installed) shows where inside the client
+        library every thread waits."""
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        if spy is None:
+            return
+        try:
+            out = subprocess.run([spy, "dump", "--native", "--pid", str(os.getpid())], capture_output=True,
+                                 text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self._dump.write(f"(py-spy: {e})\n")
+            return
+        self._dump.write(out.stdout + out.stderr)
         self._dump.flush()
 
     def stop(self) -> None:

@@ -102,10 +102,19 @@ class IdempotentProducers(Workload):
             except BufferError:
                 h.fail(op, error="local queue full")
             seq += 1
-            next_t += interval
-            producer.poll(max(0.0, next_t - time.monotonic()))
+            next_t = max(next_t + interval, time.monotonic() - interval)  # behind: catch up, never in a burst
+            _poll_until(producer, next_t, self.stop_event)
         self.progress.pop(proc, None)
         producer.flush(90)
+
+
+def _poll_until(producer: Producer, deadline: float, stop: threading.Event) -> None:
+    """Serve delivery reports until ``deadline`` (monotonic). ``poll(t)`` returns as soon as it has served a
+    report, so one ``poll`` per record let the schedule run ahead of the clock while acknowledgements flowed
+    and then slept for seconds when they paused: that was the "producer stuck in poll()" the first runs
+    reported at every broker kill or freeze."""
+    while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        producer.poll(left)
 
 
 class TransactionalWriter(Workload):

@@ -15,6 +15,17 @@ from strata.log.partition_log import PartitionLog
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs two workers) each worker picks ports from its own share."""
+    import os
+
+    from strata.tools.zookeeper import share_ports
+
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker and count:
+        share_ports(int(worker.removeprefix("gw")), int(count))
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

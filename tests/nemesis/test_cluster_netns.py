@@ -20,7 +20,8 @@ from nemesis import net
 from strata.tools.zookeeper import ZooKeeperEnsemble, zookeeper_available
 
 REASON = net.available() or (None if zookeeper_available() else "ZooKeeper is not installed")
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nemesis cluster: {REASON}")
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"nemesis cluster: {REASON}"),
+              pytest.mark.xdist_group("netns")]  # one lab at a time: they share the host's nftables
 
 ZK = ["zk1", "zk2", "zk3"]
 BROKERS = ["b1", "b2", "b3"]

@@ -16,7 +16,8 @@ from nemesis import net
 from strata.tools.zookeeper import zookeeper_available
 
 REASON = net.available() or (None if zookeeper_available() else "ZooKeeper is not installed")
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nemesis: {REASON}")
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"nemesis: {REASON}"),
+              pytest.mark.xdist_group("netns")]  # one lab at a time: they share the host's nftables
 
 
 def test_short_seeded_nemesis_run_finds_no_anomaly(tmp_path: Path) -> None:

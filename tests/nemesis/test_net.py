@@ -16,7 +16,8 @@ import pytest
 from nemesis import net
 
 REASON = net.available()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"network namespaces: {REASON}")
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"network namespaces: {REASON}"),
+              pytest.mark.xdist_group("netns")]  # one lab at a time: they share the host's nftables
 
 ECHO = """
 import socket, sys

@@ -35,6 +35,16 @@ def zookeeper_available() -> bool:
 
 
 _handed_out: set[int] = set()
+_share: tuple[int, int] = (0, 1)  # (index, count): this process takes only ports with port % count == index
+
+
+def share_ports(index: int, count: int) -> None:
+    """Several processes that pick ports at once (pytest-xdist's workers) each take a disjoint residue class,
+    so two of them never hand out the same port between one's probe and its server's bind."""
+    if not 0 <= index < count:
+        raise ValueError(f"port share {index} of {count}")
+    global _share
+    _share = (index, count)
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -51,13 +61,16 @@ def free_port() -> int:
     Chosen below the kernel's ephemeral range: a port taken from that range (``bind(0)``) can be handed
     by the kernel to any outgoing connection - another broker's ZooKeeper session, a client - between
     this call and the bind, and the server then fails with EADDRINUSE (a clean-clone run hit it). Ports
-    outside the range are only ever taken by an explicit bind. Never the same port twice per process.
+    outside the range are only ever taken by an explicit bind. Never the same port twice per process, and
+    never a port of another process's share (:func:`share_ports`).
     """
     low, _ = _ephemeral_range()
     floor = 10_000 if low > 12_000 else 1024
     for _ in range(2000):
+        index, count = _share
         port = random.randrange(floor, low)
-        if port in _handed_out:
+        port -= (port - index) % count
+        if port < floor or port in _handed_out:
             continue
         with socket.socket() as s:
             try:
