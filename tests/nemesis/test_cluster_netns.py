@@ -96,3 +96,23 @@ def test_a_leader_cut_off_from_zookeeper_stops_leading_and_clients_move(
     c.close()
     assert got == [b"v", b"v"], got
     assert moved_s < 45, moved_s
+
+
+def test_a_broker_cut_off_from_zookeeper_answers_init_producer_id_at_once(
+        netns_cluster: tuple[net.Lab, Cluster]) -> None:
+    """A broker with no producer id block cannot get one while ZooKeeper is unreachable. It used to hold
+    InitProducerId until ZooKeeper came back, so an idempotent producer that asked it could not start for the
+    whole fault (the flaky end of the test above); now it answers COORDINATOR_LOAD_IN_PROGRESS within a
+    second and the client asks another broker."""
+    from tests.broker.kafka_wire import WireClient
+
+    lab, cluster = netns_cluster
+    cluster.admin().create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
+    cluster.wait_full_isr(TOPIC)
+    lab.partition(["b1"], ZK)  # no producer has started yet: no broker holds a block
+    t = time.monotonic()
+    with WireClient(cluster.brokers[1].bootstrap, timeout_s=10) as w:
+        resp = w.call(22, 4, transactional_id=None, transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
+    assert resp.error_code == 14 and resp.producer_id == -1, resp  # COORDINATOR_LOAD_IN_PROGRESS
+    assert time.monotonic() - t < 5
+    assert acked_within(",".join(cluster.brokers[i].bootstrap for i in (1, 2, 3)), 30)

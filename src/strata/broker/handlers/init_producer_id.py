@@ -19,7 +19,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import millis
 from strata.broker.txn_errors import fenced_for_request
-from strata.errors import ErrorCode
+from strata.errors import ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 
 INIT_PRODUCER_ID = 22
@@ -34,8 +34,11 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
               or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):
         return _refused(ctx, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if request.transactional_id is None:
-        return ctx.respond(throttle_time=0, error_code=0, producer_id=await ctx.broker.producer_ids.next_id(),
-                           producer_epoch=0)
+        try:
+            pid = await ctx.broker.producer_ids.next_id()
+        except KafkaError as e:  # no id block yet (ZooKeeper unreachable): retriable, on any broker
+            return _refused(ctx, e.error_code)
+        return ctx.respond(throttle_time=0, error_code=0, producer_id=pid, producer_epoch=0)
     txns = ctx.broker.transactions
     if txns is None:
         return ctx.respond(throttle_time=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
