@@ -62,10 +62,17 @@ class ListenerRuntime:
             log.info("listener %s: TLS keystore/truststore reloaded", self.name)
         return changed
 
-    def bind(self) -> int:
+    def bind(self, send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1) -> int:
+        """Buffer sizes (``socket.send.buffer.bytes``, ``socket.receive.buffer.bytes``; -1 leaves the OS's)
+        are set on the listening socket before ``listen``, so every accepted connection inherits them and the
+        receive window is scaled for them from the handshake on."""
         host = self.config.host
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if send_buffer_bytes != -1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+        if receive_buffer_bytes != -1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
         sock.bind((host, self.config.port))
         sock.listen(256)
         sock.setblocking(False)

@@ -53,7 +53,7 @@ from strata.cluster.znodes import ConfigType, Endpoint
 from strata.common import SystemClock, ThreadScheduler, TopicPartition
 from strata.common.metrics import Registry
 from strata.config import LogConfig
-from strata.config.broker_config import BrokerConfig
+from strata.config.broker_config import IGNORED_KEYS, BrokerConfig
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
@@ -336,6 +336,10 @@ class Broker:
 
     async def start(self) -> None:
         handlers()  # import every handler module before the first request
+        unused = sorted(set(self.config.raw) & IGNORED_KEYS)
+        if unused:  # accepted so Kafka's own files load, but never silently
+            log.warning("accepted but not used by Strata (no such machinery: KRaft quorum, thread pools, share "
+                        "coordinator): %s", ", ".join(f"{k}={self.config.raw[k]}" for k in unused))
         self.logs.startup()
         loop = asyncio.get_running_loop()
         self.log_cleaner = LogCleaner(self.config.cleaner, self.logs.cleaner_manager, self.clock,
@@ -483,7 +487,8 @@ class Broker:
         effective = self.dynamic_configs.effective or self.config  # stored keystore updates included
         for li in effective.listeners:
             runtime = ListenerRuntime(li, self.config.raw, self.scram_credential)
-            self._bound[li.name] = runtime.bind()
+            self._bound[li.name] = runtime.bind(self.config.socket_send_buffer_bytes,
+                                                self.config.socket_receive_buffer_bytes)
             self.listeners.append(runtime)
             self._background.append(loop.create_task(runtime.accept_loop(self, self._track_connection)))
         self.port = self._bound[self.config.listeners[0].name]

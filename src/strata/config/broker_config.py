@@ -66,6 +66,10 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("auto.create.topics.enable", "bool", True, None, "Metadata for an unknown topic creates it"),
     ConfigKey("delete.topic.enable", "bool", True, None, "Allow DeleteTopics"),
     ConfigKey("socket.request.max.bytes", "int", 104_857_600, at_least(1), "Largest request frame accepted"),
+    # Kafka's default is 102400 for both; Strata's is the OS default (-1), which Linux tunes per connection
+    ConfigKey("socket.send.buffer.bytes", "int", -1, at_least(-1), "SO_SNDBUF of client connections (-1: the OS's)"),
+    ConfigKey("socket.receive.buffer.bytes", "int", -1, at_least(-1),
+              "SO_RCVBUF of client connections (-1: the OS's)"),
     ConfigKey("connections.max.idle.ms", "long", 600_000, at_least(0), "Close idle connections after this"),
     ConfigKey("log.retention.check.interval.ms", "long", 300_000, at_least(1), "How often retention runs"),
     ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60_000, at_least(0), ""),
@@ -129,8 +133,7 @@ BROKER_CONFIG_DEF = ConfigDef([
 # Kafka keys that configure machinery a single asyncio process does not have.
 IGNORED_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
-    "num.network.threads", "num.io.threads",
-    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
+    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
 })
 
@@ -150,6 +153,8 @@ class BrokerConfig:
     auto_create_topics_enable: bool
     delete_topic_enable: bool
     socket_request_max_bytes: int
+    socket_send_buffer_bytes: int
+    socket_receive_buffer_bytes: int
     connections_max_idle_ms: int
     log_retention_check_interval_ms: int
     log_flush_offset_checkpoint_interval_ms: int
@@ -210,6 +215,8 @@ class BrokerConfig:
             auto_create_topics_enable=p["auto.create.topics.enable"],
             delete_topic_enable=p["delete.topic.enable"],
             socket_request_max_bytes=p["socket.request.max.bytes"],
+            socket_send_buffer_bytes=p["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=p["socket.receive.buffer.bytes"],
             connections_max_idle_ms=p["connections.max.idle.ms"],
             log_retention_check_interval_ms=p["log.retention.check.interval.ms"],
             log_flush_offset_checkpoint_interval_ms=p["log.flush.offset.checkpoint.interval.ms"],
