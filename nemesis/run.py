@@ -54,10 +54,11 @@ class RunResult:
 class Heartbeat(threading.Thread):
     """Measures the instrument. Acknowledgements also stop for reasons that are not the brokers': the process
     that runs the clients cannot run a thread (the GIL held by a blocking C call, the machine starved), or
-    every producer thread sits blocked inside the client library (seen: librdkafka's ``poll()`` with a 16 ms
-    timeout returning after 2-8 s, in two producer instances at once, at the start of some peer isolations).
-    Both are recorded as stalls, with the Python stack of every thread (``stalls.txt``; faulthandler for the
-    first kind, as it needs no GIL), and a window a stall overlaps is not judged for availability."""
+    every producer thread sits blocked inside the client library. Both are recorded as stalls, with the Python
+    stack of every thread (``stalls.txt``; faulthandler for the first kind, as it needs no GIL; native stacks
+    through py-spy where installed), and a window a stall overlaps is not judged for availability. The first
+    runs saw a stall at almost every broker kill or freeze; the native stacks showed producers in an ordinary
+    timed wait, which led to the cause: the workload's own pacing (:func:`nemesis.workloads._poll_until`)."""
 
     def __init__(self, history: History, dump: Path, progress: Callable[[], dict[str, float]] = dict,
                  gap_s: float = 1.5) -> None:

@@ -653,6 +653,21 @@ def test_availability_windows() -> None:
     assert result.availability.violations[0][1].during_rate == 0
 
 
+def test_resumed_is_the_time_from_the_windows_end_to_the_next_ack() -> None:
+    h, _ = clean(9, duration=40.0, faults=2)
+    w = check(h).availability.windows[0]
+    p = w.partitions[0].partition
+    for op in h.ops:  # nothing acknowledged from the fault's start until 2.5 s after its end
+        if op.f == SEND and op.partition == p and op.complete_t is not None \
+                and w.fault.start <= op.complete_t < w.end + 2.5:
+            op.complete_t = w.end + 2.5
+    pw = next(x for x in check(h).availability.windows[0].partitions if x.partition == p)
+    assert pw.resumed_s == pytest.approx(2.5)
+    assert pw.during_rate == 0
+    others = [x for x in check(h).availability.windows[0].partitions if x.partition != p]
+    assert others and all(x.resumed_s is not None and x.resumed_s < 1.0 for x in others)
+
+
 def test_ack_series_counts_every_acknowledged_send() -> None:
     h, _ = clean(1)
     result = check(h)
