@@ -28,6 +28,9 @@ def test_short_seeded_nemesis_run_finds_no_anomaly(tmp_path: Path) -> None:
     assert len(r.history.faults) == 3
     assert r.result.ok, report
     assert not r.availability_violations(), report  # windows with a stall of the clients' process excepted
+    # and there is none: a stall now means the workload lost its pace (it once did, at every kill) or the
+    # machine starved the clients, either of which leaves windows unjudged
+    assert not r.stalls, (r.out / "stalls.txt").read_text()[:4000]
     # the run wrote, read and committed (a checker of an empty history would pass anything)
     stats = r.result.stats
     assert sum(1 for op in r.history.ops if op.f == "send" and op.outcome == "ok") > 500, stats
