@@ -64,9 +64,13 @@ def make_records(n: int, tag: str, first_offset: int = 0) -> list[Rec]:
 
 
 def produce(bootstrap: str, topic: str, records: list[Rec], codec: str, chunks: int = 3, **config: Any) -> None:
-    """``records`` to partition 0, in ``chunks`` flushes (so several batches), with the producer's ``codec``."""
+    """``records`` to partition 0, in ``chunks`` flushes (so several batches), with the producer's ``codec``.
+
+    One batch per chunk: ``flush`` sends at once whatever ``linger.ms`` says, and a long linger keeps a slow
+    (loaded) producer from cutting a chunk into small batches, which librdkafka sends uncompressed when the
+    codec would not shrink them (a batch of codec none among lz4 ones, seen under two test workers)."""
     errors: list[KafkaError] = []
-    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20, "log_level": 3,
+    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5000, "log_level": 3,
                   "enable.idempotence": False, **config})
     size = max(1, -(-len(records) // chunks))
     for start in range(0, len(records), size):
