@@ -52,8 +52,9 @@ test: venv kcat zookeeper netns-tools
 	$(PY) -m pytest -m "not slow" -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The Jepsen-style nemesis (issue 26; root only: network namespaces): NEMESIS_ARGS, e.g. --seed 7 to replay a
-# run; the default is 5 runs of 22 fault windows (110 windows, about 50 minutes). Output: nemesis-out/seed-*/
-NEMESIS_ARGS ?= --runs 5 --windows 22
+# run; the default is 4 runs of 25 fault windows of 12 s, 8 s apart (100 windows, about 40 minutes).
+# Output: nemesis-out/seed-*/
+NEMESIS_ARGS ?= --runs 4 --windows 25 --fault-s 12 --quiet-s 8
 nemesis: venv zookeeper netns-tools
 	$(PY) -m nemesis.run --out nemesis-out $(NEMESIS_ARGS)
 
