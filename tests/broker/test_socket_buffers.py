@@ -54,3 +54,13 @@ def test_without_them_the_os_sizes_the_buffers(tmp_path: Path) -> None:
         assert "accepted but not used" not in b.tail()
     finally:
         b.stop()
+
+
+def test_in_cluster_mode_every_broker_sizes_its_client_connections(zk_connect: str, tmp_path: Path) -> None:
+    from tests.cluster.harness import running_cluster
+
+    with running_cluster(zk_connect, tmp_path, size=2, props={"socket.receive.buffer.bytes": "50000",
+                                                              "socket.send.buffer.bytes": "30000"}) as cluster:
+        for b in cluster.brokers.values():
+            with _connected(b) as c:
+                assert _server_buffers(b.port, c) == (100_000, 60_000)
