@@ -582,11 +582,12 @@ async def test_end_txn_invalid_epoch(metadata_epoch: int, request_epoch: int) ->
 
 
 END_TXN_CASES = [
-    (S.COMPLETE_COMMIT, True, E.NONE), (S.COMPLETE_COMMIT, False, E.INVALID_TXN_STATE),
+    (S.COMPLETE_COMMIT, True, E.NONE), (S.COMPLETE_COMMIT, False, E.NONE),  # an abort with no partition added
     (S.COMPLETE_ABORT, False, E.NONE), (S.COMPLETE_ABORT, True, E.INVALID_TXN_STATE),
-    (S.PREPARE_COMMIT, True, E.CONCURRENT_TRANSACTIONS), (S.PREPARE_COMMIT, False, E.INVALID_TXN_STATE),
-    (S.PREPARE_ABORT, False, E.CONCURRENT_TRANSACTIONS), (S.PREPARE_ABORT, True, E.INVALID_TXN_STATE),
-    (S.EMPTY, True, E.INVALID_TXN_STATE), (S.EMPTY, False, E.INVALID_TXN_STATE),
+    # markers being written: retriable either way (Kafka has CompleteX pending then)
+    (S.PREPARE_COMMIT, True, E.CONCURRENT_TRANSACTIONS), (S.PREPARE_COMMIT, False, E.CONCURRENT_TRANSACTIONS),
+    (S.PREPARE_ABORT, False, E.CONCURRENT_TRANSACTIONS), (S.PREPARE_ABORT, True, E.CONCURRENT_TRANSACTIONS),
+    (S.EMPTY, True, E.INVALID_TXN_STATE), (S.EMPTY, False, E.NONE),
 ]
 
 
@@ -654,11 +655,31 @@ async def test_end_txn_retried_commit_after_completion() -> None:
         assert await h.c.end_txn(TXN, pid, epoch, True) == E.CONCURRENT_TRANSACTIONS
         await completed(h)
         assert await h.c.end_txn(TXN, pid, epoch, True) == E.NONE
-        assert await h.c.end_txn(TXN, pid, epoch, False) == E.INVALID_TXN_STATE
         assert h.log.states_of(TXN) == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
         # and the next transaction starts from CompleteCommit
         assert await h.c.add_partitions(TXN, pid, epoch, [tp("other")]) == E.NONE
         assert h.md(TXN).partitions == {tp("other")}  # type: ignore[union-attr]
+
+
+@async_test
+async def test_abort_of_a_transaction_whose_partitions_never_joined_succeeds() -> None:
+    """librdkafka's sequence (a CI failure): commit; begin; its AddPartitionsToTxn is answered
+    CONCURRENT_TRANSACTIONS while the commit's markers are written; the application aborts before the retry,
+    and librdkafka sends EndTxn(abort). INVALID_TXN_STATE there is fatal to the producer."""
+    async with Harness() as h:
+        pid, epoch = await begin(h)
+        h.writer.hold()
+        assert await h.c.end_txn(TXN, pid, epoch, True) == E.NONE
+        await settle()
+        assert await h.c.add_partitions(TXN, pid, epoch, [tp("other")]) == E.CONCURRENT_TRANSACTIONS
+        assert await h.c.end_txn(TXN, pid, epoch, False) == E.CONCURRENT_TRANSACTIONS  # retried by the client
+        h.writer.release_all()
+        await completed(h)
+        assert await h.c.end_txn(TXN, pid, epoch, False) == E.NONE  # nothing joined: nothing to abort
+        assert h.log.states_of(TXN) == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
+        assert await h.c.add_partitions(TXN, pid, epoch, [tp("other")]) == E.NONE  # the next transaction
+        assert await h.c.end_txn(TXN, pid, epoch, False) == E.NONE
+        await completed(h, state=S.COMPLETE_ABORT)
 
 
 @pytest.mark.parametrize(("code", "mapped"), [

@@ -287,15 +287,21 @@ class TransactionCoordinator:
             transit = md.prepare_abort_or_commit(
                 TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT, self.now_ms())
             return _PreparedEnd(transactional_id, coordinator_epoch, md, transit, commit, fencing)
-        if state is TransactionState.COMPLETE_COMMIT:
-            code = ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE
+        if state in _PREPARE:
+            # the markers are being written: Kafka's coordinator has CompleteX pending then and answers every
+            # EndTxn with the retriable CONCURRENT_TRANSACTIONS, whichever way it asks to end
+            code = ErrorCode.CONCURRENT_TRANSACTIONS
         elif state is TransactionState.COMPLETE_ABORT:
             code = ErrorCode.NONE if not commit else ErrorCode.INVALID_TXN_STATE
-        elif state is TransactionState.PREPARE_COMMIT:
-            code = ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
-        elif state is TransactionState.PREPARE_ABORT:
-            code = ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
-        else:  # Empty: no transaction to end
+        elif not commit and from_client:
+            # Empty or CompleteCommit: no partition joined this transaction. An abort of it has nothing to undo
+            # and succeeds, as in Kafka 4's coordinator (KIP-890). librdkafka sends this EndTxn when its
+            # AddPartitionsToTxn was answered CONCURRENT_TRANSACTIONS (the previous commit's markers still
+            # being written) and the application aborted before the retry: INVALID_TXN_STATE would be fatal
+            code = ErrorCode.NONE
+        elif state is TransactionState.COMPLETE_COMMIT:
+            code = ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE
+        else:  # Empty: no transaction to commit
             code = ErrorCode.INVALID_TXN_STATE
         return self._undo_fence(md, fencing, code)
 
