@@ -88,7 +88,7 @@ def test_add_partitions_and_end_txn_errors(wire: WireClient) -> None:
     # an unknown partition fails the whole request: nothing is added
     assert _add(wire, "t", pid, epoch, partitions=(0, 99)) == [ErrorCode.OPERATION_NOT_ATTEMPTED,
                                                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    assert _end(wire, "t", pid, epoch, False) == ErrorCode.NONE  # an abort with nothing joined: nothing to undo (Kafka 4)
+    assert _end(wire, "t", pid, epoch, False) == ErrorCode.NONE  # nothing joined: nothing to undo (Kafka 4)
     assert _add(wire, "t", pid, epoch) == [0]
     assert _end(wire, "t", pid, epoch + 1, True) == ErrorCode.PRODUCER_FENCED
     assert _end(wire, "t", pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
