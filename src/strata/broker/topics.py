@@ -129,7 +129,8 @@ class TopicRegistry:
         except InvalidConfigError as e:
             raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
         old = self.config(topic) if topic is not None and topic in self._topics else None
-        problem = remote_config_problem(config, old, self.remote_storage_system_enable)
+        problem = remote_config_problem(config, old, self.remote_storage_system_enable) \
+            or diskless_config_problem(config, old, self.remote_storage_system_enable)
         if problem:
             raise ApiError(ErrorCode.INVALID_CONFIG, problem)
         return config
@@ -226,6 +227,23 @@ class TopicRegistry:
             return None
         unified = name.replace(".", "_")
         return next((t for t in self._topics if t != name and t.replace(".", "_") == unified), None)
+
+
+def diskless_config_problem(new: LogConfig, old: LogConfig | None, system_enabled: bool) -> str | None:
+    """KIP-1150's rules for ``diskless.enable``; each message names the keys involved."""
+    if old is not None and old.diskless_enable and not new.diskless_enable:
+        return "diskless.enable cannot be turned off: a diskless topic cannot become a classic topic again."
+    if not new.diskless_enable:
+        return None
+    if old is not None and not old.diskless_enable:
+        return ("diskless.enable can only be set when the topic is created: switching an existing classic topic "
+                "to diskless (KIP-1150's switch) is not supported yet.")
+    if not system_enabled:
+        return ("diskless.enable=true needs remote.log.storage.system.enable=true on the broker: a diskless "
+                "topic's data lives in the remote store.")
+    if "compact" in new.cleanup_policy:
+        return "diskless.enable=true cannot be combined with cleanup.policy=compact (not supported yet)."
+    return None
 
 
 def remote_config_problem(new: LogConfig, old: LogConfig | None, system_enabled: bool) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 from strata.config.cleaner_config import CLEANER_KEYS, CLEANER_TOPIC_DEFAULTS, CleanerConfig
 from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, between, list_of, one_of, parse_properties
+from strata.config.diskless_config import DISKLESS_KEYS, DisklessConfig
 from strata.config.kafka_broker_configs import KAFKA_BROKER_CONFIG_NAMES
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
@@ -126,6 +127,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     *REMOTE_LOG_KEYS,
     *CLUSTER_KEYS,
     *TRANSACTION_KEYS,
+    *DISKLESS_KEYS,
     *CLEANER_KEYS,
     *SECURITY_KEYS,
 ])
@@ -178,6 +180,7 @@ class BrokerConfig:
     log_config: LogConfig
     raw: Mapping[str, str] = field(repr=False)  # holds passwords: never in a printed config
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    diskless: DisklessConfig = field(default_factory=DisklessConfig)
     connections_max_reauth_ms: int = 0
     connection_failed_authentication_delay_ms: int = 100
     quota_window_num: int = 11
@@ -238,6 +241,7 @@ class BrokerConfig:
             cluster=ClusterConfig.from_parsed(p),
             transactions=TransactionConfig.from_parsed(p),
             cleaner=CleanerConfig.from_parsed(p),
+            diskless=DisklessConfig.from_parsed(p),
             connections_max_reauth_ms=p["connections.max.reauth.ms"],
             connection_failed_authentication_delay_ms=p["connection.failed.authentication.delay.ms"],
             quota_window_num=p["quota.window.num"],

@@ -59,6 +59,8 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("local.retention.ms", "long", -2, at_least(-2), "Local-tier retention; -2 = retention.ms"),
     ConfigKey("local.retention.bytes", "long", -2, at_least(-2), "Local-tier size cap; -2 = retention.bytes"),
     ConfigKey("remote.storage.enable", "bool", False, None, "Tier this topic's rolled segments"),
+    ConfigKey("diskless.enable", "bool", False, None,
+              "KIP-1150: produce straight to the remote store, no leader-follower replication (set at creation)"),
     ConfigKey("remote.log.copy.disable", "bool", False, None, "Stop copying; remote data becomes read-only"),
     ConfigKey("remote.log.delete.on.disable", "bool", False, None, "Delete remote data when tiering is disabled"),
     ConfigKey("file.delete.delay.ms", "long", 60_000, at_least(0), "Delay before .deleted files are removed"),
@@ -154,6 +156,7 @@ class LogConfig:
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
     remote_storage_enable: bool = False
+    diskless_enable: bool = False
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
     file_delete_delay_ms: int = 60_000

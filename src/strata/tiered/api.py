@@ -16,11 +16,11 @@ import base64
 import importlib
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -228,6 +228,43 @@ class RemoteStorageManager(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object of a listing: its key (relative to the store's prefix), size and last-modified time."""
+
+    key: str
+    size: int
+    last_modified_ms: int
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """Plain objects beside the segments (diskless WAL objects, coordinator snapshots).
+
+    The segment API above names objects by segment id; a WAL object holds batches of many partitions and
+    is named by a key of its own, so the remote stores offer this second, smaller face on the same bucket
+    or directory (and the same credentials, prefix and fault injection). Keys are relative to the store's
+    configured prefix and use ``/`` as separator. Every call blocks: call it from a worker thread.
+    Errors are the segment API's: a missing object is :class:`RemoteResourceNotFoundError`, a transient
+    failure :class:`RetriableRemoteStorageError`, anything else :class:`RemoteStorageError`.
+    """
+
+    def put_object(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        """Write the whole object, durably, replacing any object of that key (no partial object is ever
+        visible under ``key``)."""
+
+    def get_object_range(self, key: str, start: int, end: int) -> bytes | memoryview:
+        """Bytes ``[start, end)`` of the object (fewer only when the object is shorter)."""
+        ...
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        """Delete the objects; a key already gone is not an error."""
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in no particular order."""
+        ...
 
 
 class RemoteLogMetadataManager(ABC):

@@ -70,20 +70,46 @@ class SqliteControlPlane:
     def __init__(self, path: str = ":memory:") -> None:
         self._path = path
         self._conn = sqlite_schema.open_database(path)
+        self._journal_offset: int | None = None
 
     def close(self) -> None:
         self._conn.close()
 
     @contextmanager
     def _txn(self, mode: str) -> Iterator[Queries]:
-        """One command or query = one SQLite transaction; any exception rolls all of it back."""
+        """One command or query = one SQLite transaction; any exception rolls all of it back.
+
+        Inside :meth:`applying`, a command's transaction also records the journal offset it came from, so
+        a replica that crashes mid-replay resumes exactly after the last command it applied."""
         self._conn.execute(f"BEGIN {mode}")
         try:
             yield Queries(self._conn)
+            if self._journal_offset is not None and mode == "IMMEDIATE":
+                self._conn.execute("UPDATE journal SET applied_offset = ? WHERE id = 0", (self._journal_offset,))
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
+
+    # -- the journal (topic-based coordinator) -----------------------------------------------------
+
+    @contextmanager
+    def applying(self, offset: int) -> Iterator[None]:
+        """Commands run inside record ``offset`` of ``__diskless_metadata`` as applied, atomically."""
+        self._journal_offset = offset
+        try:
+            yield
+        finally:
+            self._journal_offset = None
+
+    def mark_applied(self, offset: int) -> None:
+        """Record ``offset`` as applied without a command (one that failed as a whole, or a no-op)."""
+        self._conn.execute("UPDATE journal SET applied_offset = ? WHERE id = 0 AND applied_offset < ?",
+                           (offset, offset))
+
+    def applied_offset(self) -> int:
+        """The last ``__diskless_metadata`` offset applied here, -1 for none."""
+        return int(self._conn.execute("SELECT applied_offset FROM journal WHERE id = 0").fetchone()[0])
 
     # -- commands --------------------------------------------------------------------------------
 

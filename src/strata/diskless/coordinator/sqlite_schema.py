@@ -18,6 +18,11 @@ SCHEMA_VERSION = 1
 
 # topic_id is the UUID's canonical text: it sorts like the UUID and reads well in a debugging session.
 DDL = """
+CREATE TABLE journal (                          -- the __diskless_metadata offset this state has applied
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    applied_offset INTEGER NOT NULL             -- -1: nothing applied yet
+);
+INSERT INTO journal (id, applied_offset) VALUES (0, -1);
 CREATE TABLE logs (
     topic_id TEXT NOT NULL,
     partition INTEGER NOT NULL,

@@ -14,13 +14,17 @@ inline) applies, else nothing. A control file that does not parse is logged and 
 previous spec stays) and read again on its next change, so a half-written file never crashes the
 broker. Write it atomically (temp file + rename) anyway.
 
-The spec maps an operation - ``copy``, ``fetch_segment``, ``fetch_index``, ``delete``, or ``all``
-(every operation without an entry of its own) - to its faults, applied in this order::
+The spec maps an operation - ``copy``, ``fetch_segment``, ``fetch_index``, ``delete`` (the segment
+API), ``put_object``, ``get_object``, ``delete_objects``, ``list_objects`` (the
+:class:`~strata.tiered.api.ObjectStore` API: ``put_object``, ``get_object_range``, ``delete_objects``,
+``list_objects`` of the delegate, which must implement it), or ``all`` (every operation without an
+entry of its own) - to its faults, applied in this order::
 
     {"copy":          {"latency_ms": 200, "partial": true, "error": "fatal", "limit": 3},
      "fetch_segment": {"hang_ms": 5000, "topics": ["orders"]},
      "fetch_index":   {"vanish": true, "probability": 0.1},
-     "delete":        {"error": "retriable"}}
+     "delete":        {"error": "retriable"},
+     "put_object":    {"error": "retriable", "probability": 0.2}}
 
 * ``latency_ms``: sleep this long before the call (a slow store); the call then proceeds.
 * ``hang_ms``: block this long, then raise ``RetriableRemoteStorageError`` - a store that accepts
@@ -36,12 +40,19 @@ The spec maps an operation - ``copy``, ``fetch_segment``, ``fetch_index``, ``del
 * ``probability`` (1.0): the chance that a call is faulted; ``limit`` (unlimited): faulted calls
   at most, per operation and spec; ``topics`` (all): only calls for these topics are faulted.
 
+The object operations take ``latency_ms``, ``hang_ms``, ``error``, ``probability`` and ``limit``.
+``partial`` and ``vanish`` are refused for them (a PUT stores all of an object or nothing; an object
+is deleted with ``delete_objects``, not behind a fetch), and so is ``topics``: an object is no one
+topic's (a diskless WAL object holds batches of many), so a topic filter cannot select its calls.
+For the same reason an ``all`` entry with ``topics`` covers the segment operations only.
+
 A hanging or sleeping call wakes early when ``close()`` is called (a broker shutting down never
 waits for an injected hang) or when a new spec no longer has that fault for the operation.
 
 Counts: every call and every injected fault is counted per operation - ``calls``, ``ok``,
 ``failed`` (whatever raised, injected or from the real store) and ``faults`` by kind - exposed by
-``status()`` and, with ``faults.status.file`` set, written to that path as JSON (atomically, at
+``status()`` (the object operations from their first call on: a broker that stores no plain objects
+shows the segment operations only) and, with ``faults.status.file`` set, written to that path as JSON (atomically, at
 most every ``faults.status.interval.ms``) so a test or a dashboard outside the broker can read
 them. Each spec change and the first fault of each kind per spec are logged at WARNING (a broker
 injecting faults should say so); the rest at DEBUG.
@@ -61,7 +72,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -70,6 +81,8 @@ from strata.tiered.api import (
     RSM_ALIASES,
     IndexType,
     LogSegmentData,
+    ObjectInfo,
+    ObjectStore,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -82,8 +95,11 @@ from strata.tiered.storage.common import config_int, config_str
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Subject = RemoteLogSegmentMetadata | str  # what a call is about: a segment, or a description of objects
 PREFIX = "faults."
-OPERATIONS = ("copy", "fetch_segment", "fetch_index", "delete")
+SEGMENT_OPERATIONS = ("copy", "fetch_segment", "fetch_index", "delete")
+OBJECT_OPERATIONS = ("put_object", "get_object", "delete_objects", "list_objects")
+OPERATIONS = (*SEGMENT_OPERATIONS, *OBJECT_OPERATIONS)
 ALL = "all"
 ERRORS: dict[str, type[RemoteStorageError]] = {
     "retriable": RetriableRemoteStorageError,
@@ -117,6 +133,12 @@ class OperationFaults:
         error = raw.get("error")
         if error is not None and error not in ERRORS:
             raise ValueError(f"{op}.error must be one of {', '.join(ERRORS)}, got {error!r}")
+        if op in OBJECT_OPERATIONS:
+            for name, set_, why in (("partial", bool(raw.get("partial")), "a PUT stores all of an object or nothing"),
+                                    ("vanish", bool(raw.get("vanish")), "objects are deleted with delete_objects"),
+                                    ("topics", raw.get("topics") is not None, "an object is no one topic's")):
+                if set_:
+                    raise ValueError(f"{name!r} does not apply to {op!r} ({why})")
         if raw.get("partial") and op not in ("copy", ALL):
             raise ValueError(f"'partial' applies to copy only, not {op!r}")
         if raw.get("vanish") and op not in ("fetch_segment", "fetch_index", ALL):
@@ -159,6 +181,8 @@ def parse_spec(text: str) -> dict[str, OperationFaults]:
         if op in raw:
             spec[op] = OperationFaults.parse(op, raw[op])
         elif default is not None:
+            if op in OBJECT_OPERATIONS and default.topics is not None:
+                continue  # a topic filter selects segment calls only: an object is no one topic's
             spec[op] = replace(default, partial=default.partial and op == "copy",
                                vanish=default.vanish and op.startswith("fetch"))
     return {op: f for op, f in spec.items() if f.active}
@@ -184,7 +208,8 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         self._injected: dict[str, int] = {}  # faults of each operation under the current spec (for ``limit``)
         self._logged: set[tuple[str, str]] = set()
         self._random = random.Random()
-        self._counts: dict[str, dict[str, Any]] = {op: _new_counts() for op in OPERATIONS}
+        # the object operations are added at their first call (see the module docstring)
+        self._counts: dict[str, dict[str, Any]] = {op: _new_counts() for op in SEGMENT_OPERATIONS}
         self._status_file: Path | None = None
         self._status_interval_s = 0.1
         self._dirty = threading.Event()
@@ -272,15 +297,18 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
             self._refresh_locked()
             return self._spec.get(op)
 
-    def _decide(self, op: str, topic: str) -> OperationFaults | None:
-        """The faults to inject into this call (counted against ``limit``), or None."""
+    def _decide(self, op: str, topic: str | None) -> OperationFaults | None:
+        """The faults to inject into this call (counted against ``limit``), or None. ``topic`` is None for
+        an object call, which a ``topics`` filter never selects."""
         with self._lock:
             self._refresh_locked()
             faults = self._spec.get(op)
-            counts = self._counts[op]
+            counts = self._counts.get(op)
+            if counts is None:
+                counts = self._counts[op] = _new_counts()
             counts["calls"] += 1
             self._dirty.set()
-            if faults is None or (faults.topics is not None and topic not in faults.topics):
+            if faults is None or (faults.topics is not None and (topic is None or topic not in faults.topics)):
                 return None
             if faults.limit is not None and self._injected.get(op, 0) >= faults.limit:
                 return None
@@ -289,15 +317,19 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
             self._injected[op] = self._injected.get(op, 0) + 1
             return faults
 
-    def _count_fault(self, op: str, kind: str, md: RemoteLogSegmentMetadata) -> None:
+    def _count_fault(self, op: str, kind: str, subject: Subject) -> None:
         with self._lock:
             by_kind = self._counts[op]["faults"]
             by_kind[kind] = by_kind.get(kind, 0) + 1
             first = (op, kind) not in self._logged
             self._logged.add((op, kind))
             self._dirty.set()
-        log.log(logging.WARNING if first else logging.DEBUG, "injected %s fault into %s of %s [%d..%d]", kind, op,
-                md.remote_log_segment_id, md.start_offset, md.end_offset)
+        level = logging.WARNING if first else logging.DEBUG
+        if isinstance(subject, RemoteLogSegmentMetadata):
+            log.log(level, "injected %s fault into %s of %s [%d..%d]", kind, op, subject.remote_log_segment_id,
+                    subject.start_offset, subject.end_offset)
+        else:
+            log.log(level, "injected %s fault into %s of %s", kind, op, subject)
 
     def _count_outcome(self, op: str, ok: bool) -> None:
         with self._lock:
@@ -343,12 +375,14 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
                 return False
         return True
 
-    def _run(self, op: str, md: RemoteLogSegmentMetadata, call: Callable[[], T],
+    def _run(self, op: str, subject: Subject, call: Callable[[], T],
              on_partial: Callable[[], None] | None = None) -> T:
-        faults = self._decide(op, md.topic_id_partition.topic)
+        """One call of ``op`` on ``subject`` (a segment, or a description of the objects of an object call)."""
+        topic = subject.topic_id_partition.topic if isinstance(subject, RemoteLogSegmentMetadata) else None
+        faults = self._decide(op, topic)
         try:
             if faults is not None:
-                self._inject(op, md, faults, on_partial)
+                self._inject(op, subject, faults, on_partial)
             result = call()
         except _Closed:
             self._count_outcome(op, False)
@@ -359,30 +393,29 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
         self._count_outcome(op, True)
         return result
 
-    def _inject(self, op: str, md: RemoteLogSegmentMetadata, faults: OperationFaults,
+    def _inject(self, op: str, subject: Subject, faults: OperationFaults,
                 on_partial: Callable[[], None] | None) -> None:
+        name = subject.remote_log_segment_id if isinstance(subject, RemoteLogSegmentMetadata) else subject
         if faults.latency_ms:
-            self._count_fault(op, "latency", md)
+            self._count_fault(op, "latency", subject)
             self._wait(op, faults.latency_ms / 1000, lambda f: f.latency_ms > 0)
         if faults.hang_ms:
-            self._count_fault(op, "hang", md)
+            self._count_fault(op, "hang", subject)
             started = time.monotonic()
             if self._wait(op, faults.hang_ms / 1000, lambda f: f.hang_ms > 0):
-                raise RetriableRemoteStorageError(
-                    f"{op} of {md.remote_log_segment_id} timed out after {faults.hang_ms} ms (injected hang)")
+                raise RetriableRemoteStorageError(f"{op} of {name} timed out after {faults.hang_ms} ms (injected hang)")
             log.debug("injected hang of %s released after %.0f ms", op, (time.monotonic() - started) * 1e3)
-        if faults.vanish:
-            self._count_fault(op, "vanish", md)
+        if faults.vanish and isinstance(subject, RemoteLogSegmentMetadata):  # parse_spec: fetches only
+            self._count_fault(op, "vanish", subject)
             assert self.delegate is not None
-            self.delegate.delete_log_segment_data(md)
+            self.delegate.delete_log_segment_data(subject)
         if faults.partial and on_partial is not None:
-            self._count_fault(op, "partial", md)
+            self._count_fault(op, "partial", subject)
             on_partial()
-            raise ERRORS[faults.error or "fatal"](
-                f"copy of {md.remote_log_segment_id} failed after a partial upload (injected)")
+            raise ERRORS[faults.error or "fatal"](f"copy of {name} failed after a partial upload (injected)")
         if faults.error:
-            self._count_fault(op, faults.error, md)
-            raise ERRORS[faults.error](f"{op} of {md.remote_log_segment_id} failed (injected {faults.error} error)")
+            self._count_fault(op, faults.error, subject)
+            raise ERRORS[faults.error](f"{op} of {name} failed (injected {faults.error} error)")
 
     # -- RemoteStorageManager --------------------------------------------------------------------
 
@@ -422,6 +455,37 @@ class FaultInjectingRemoteStorageManager(RemoteStorageManager):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         store = self._store
         self._run("delete", metadata, lambda: store.delete_log_segment_data(metadata))
+
+    # -- ObjectStore -------------------------------------------------------------------------------
+
+    @property
+    def _objects(self) -> ObjectStore:
+        store = self._store
+        if not isinstance(store, ObjectStore):
+            raise RemoteStorageError(
+                f"the delegate {type(store).__name__} does not implement the ObjectStore API (put_object, "
+                "get_object_range, delete_objects, list_objects): it cannot store plain objects")
+        return store
+
+    def put_object(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        store = self._objects
+        self._run("put_object", f"object {key}", lambda: store.put_object(key, data))
+
+    def get_object_range(self, key: str, start: int, end: int) -> bytes | memoryview:
+        store = self._objects
+        return self._run("get_object", f"object {key} [{start}, {end})",
+                         lambda: store.get_object_range(key, start, end))
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        store = self._objects
+        what = f"{len(keys)} object(s)" + (f" ({keys[0]} ...)" if keys else "")
+        self._run("delete_objects", what, lambda: store.delete_objects(keys))
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The delegate's listing, read whole within the call (so its failures are this call's, counted)."""
+        store = self._objects
+        return self._run("list_objects", f"objects under {prefix!r}",
+                         lambda: iter(list(store.list_objects(prefix))))
 
 
 def _new_counts() -> dict[str, Any]:

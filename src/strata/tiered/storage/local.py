@@ -29,8 +29,22 @@ Differences from Kafka's, and why:
   so a process-level test can take the store down and bring it back by creating/removing a file.
   No event is recorded for a refused operation: the store never saw it.
 
+* It is also an :class:`~strata.tiered.api.ObjectStore` (diskless WAL objects, coordinator
+  snapshots): the object of key ``k`` is the file ``<dir>/k``, written like every other file (temp
+  file in the same directory, fsync, rename, directory fsync; a new directory made durable too). A
+  key is ``/``-separated, relative, never empty, and no component is empty, ``.`` or ``..`` (so no
+  key escapes ``dir``); the names this store keeps for itself are refused too (``.events.jsonl`` at
+  the top, anything with a temp file's ``.tmp-`` mark). Keep objects under a top-level directory of
+  their own (``diskless/...``): a file system cannot hold both an object ``a`` and an object ``a/b``
+  (S3 can), such a put fails with ``RemoteStorageError``; ``walk_segments`` only yields files named
+  like segments and ``delete_partition`` only removes a partition's directory, so objects never
+  show up there. A delete removes the directories it empties below the key's top-level directory
+  (a concurrent put into one of them recreates it); ``list_objects`` skips the temp files of writes
+  in progress. Object calls record no events (an event belongs to a partition), honour
+  ``fault.file`` and ``fetch.delay.ms``, but not ``delete.enable`` (a segment-retention switch).
+
 Configs (``rsm.config.`` prefix removed): ``dir`` (required), ``events.log.enable`` (true),
-``fault.file`` (unset), ``delete.enable`` (true; false makes deletes no-ops, as in Kafka, to
+``fault.file`` (unset), ``delete.enable`` (true; false makes segment deletes no-ops, as in Kafka, to
 simulate an eventually consistent store), ``fetch.delay.ms`` (0; every ranged fetch first sleeps
 this long, to simulate an object store's first-byte latency without its CPU cost), ``broker.id``.
 """
@@ -42,12 +56,14 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -58,6 +74,7 @@ from strata.log.checkpoints import fsync_path
 from strata.tiered.api import (
     IndexType,
     LogSegmentData,
+    ObjectInfo,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
@@ -82,6 +99,39 @@ from strata.tiered.storage.common import (
 EVENTS_FILE = ".events.jsonl"
 _TMP_MARK = ".tmp-"
 T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview
+# what walk_segments yields: {topic}-{topicId}/{partition}/{start:020d}-{segmentId}.log (ids: 22 base64url chars)
+_SEGMENT_LOG = re.compile(rf"[^/]+-[A-Za-z0-9_-]{{22}}/[0-9]+/[0-9]{{20}}-[A-Za-z0-9_-]{{22}}\.{LOG_SUFFIX}")
+_PUT_ATTEMPTS = 10  # a put whose directory a concurrent delete pruned (before its temp file landed) tries again
+
+
+def check_object_key(key: str) -> None:
+    """ValueError unless ``key`` is a valid :class:`~strata.tiered.api.ObjectStore` key: not empty, relative,
+    ``/``-separated, with no empty, ``.`` or ``..`` component and no NUL (the same rule on every backend;
+    obstore refuses those paths too)."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"an object key must be a non-empty string, got {key!r}")
+    if "\0" in key:
+        raise ValueError(f"an object key must not contain NUL, got {key!r}")
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        raise ValueError(f"an object key must be relative, with no empty, '.' or '..' component, got {key!r}")
+
+
+def check_object_prefix(prefix: str) -> None:
+    """ValueError unless ``prefix`` can start a valid key (``""`` lists everything)."""
+    if not isinstance(prefix, str):
+        raise ValueError(f"an object prefix must be a string, got {prefix!r}")
+    directory, _, _ = prefix.rpartition("/")
+    if prefix.startswith("/") or (directory and any(p in ("", ".", "..") for p in directory.split("/"))):
+        raise ValueError(f"an object prefix must be relative, with no empty, '.' or '..' component, got {prefix!r}")
+
+
+def check_object_range(start: int, end: int) -> None:
+    """The ``[start, end)`` of ``get_object_range``: ``0 <= start <= end``."""
+    if start < 0:
+        raise ValueError(f"start {start} must be >= 0")
+    if end < start:
+        raise ValueError(f"end {end} is below start {start}")
 
 
 class EventType(StrEnum):
@@ -164,7 +214,7 @@ class _BoundedReader(io.RawIOBase):
 
     def __init__(self, file: BinaryIO, limit: int | None) -> None:
         super().__init__()
-        self._file = file
+        self._file = cast(io.FileIO, file)  # BinaryIO does not declare readinto
         self._remaining = limit
 
     def readable(self) -> bool:
@@ -287,7 +337,7 @@ class LocalTieredStorage(RemoteStorageManager):
         except OSError as e:
             self._record(type, metadata.topic_id_partition, metadata, e, **positions)
             raise RemoteStorageError(f"{type.value} failed for {metadata.remote_log_segment_id}: {e}") from e
-        self._record(type, metadata.topic_id_partition, metadata, **positions)
+        self._record(type, metadata.topic_id_partition, metadata, None, **positions)
         return result
 
     # -- paths ---------------------------------------------------------------------------------
@@ -381,8 +431,134 @@ class LocalTieredStorage(RemoteStorageManager):
         # the partition directory stays, even empty: a concurrent copy into it may have just created it
 
     def walk_segments(self) -> Iterator[Path]:
-        """Every stored ``.log`` file (for tests that read back what was offloaded)."""
-        yield from sorted(self.storage_dir.glob(f"*/*/*.{LOG_SUFFIX}"))
+        """Every stored segment ``.log`` file (for tests that read back what was offloaded); files named
+        otherwise, such as plain objects that happen to end in ``.log``, are not segments."""
+        root = self.storage_dir
+        yield from sorted(p for p in root.glob(f"*/*/*.{LOG_SUFFIX}")
+                          if _SEGMENT_LOG.fullmatch(p.relative_to(root).as_posix()))
+
+    # -- ObjectStore -------------------------------------------------------------------------------
+
+    def _object_path(self, key: str) -> Path:
+        check_object_key(key)
+        if key == EVENTS_FILE or _TMP_MARK in key.rpartition("/")[2]:
+            raise ValueError(f"object key {key!r} is a name LocalTieredStorage keeps for itself")
+        return self.storage_dir / key
+
+    def _check_available(self) -> None:
+        if self._fault_file is not None and self._fault_file.exists():
+            raise RetriableRemoteStorageError("store unavailable (fault file present)")
+
+    def put_object(self, key: str, data: Buffer) -> None:
+        """Write ``<dir>/<key>`` atomically and durably (the segments' temp-file, fsync, rename, fsync-dir)."""
+        path = self._object_path(key)
+        self._check_available()
+        for attempt in range(1, _PUT_ATTEMPTS + 1):
+            try:
+                _make_dirs(path.parent)
+                _atomic_copy_all({path: data}, mid_crash_point=None)
+                _fsync_dir(path.parent)
+                return
+            except FileNotFoundError as e:  # the directory was pruned by a concurrent delete: make it again
+                if attempt == _PUT_ATTEMPTS:
+                    raise RemoteStorageError(f"put of object {key}: {e}") from e
+            except (IsADirectoryError, NotADirectoryError) as e:
+                raise RemoteStorageError(f"put of object {key}: the key conflicts with another object or "
+                                         f"directory of this file system store: {e}") from e
+            except OSError as e:
+                raise RemoteStorageError(f"put of object {key}: {e}") from e
+
+    def get_object_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object, fewer when it is shorter (``os.pread``: no seek, no buffering)."""
+        path = self._object_path(key)
+        check_object_range(start, end)
+        self._check_available()
+        if self._fetch_delay_s:
+            time.sleep(self._fetch_delay_s)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # a directory: no object of that key
+                    raise IsADirectoryError(errno.EISDIR, "not an object", str(path))
+                stop = min(end, st.st_size)
+                data = os.pread(fd, stop - start, start) if stop > start else b""
+                if 0 < len(data) < stop - start:  # a short read (above 2 GiB, or the file changed)
+                    parts = [data]
+                    offset = start + len(data)
+                    while offset < stop and (chunk := os.pread(fd, stop - offset, offset)):
+                        parts.append(chunk)
+                        offset += len(chunk)
+                    data = b"".join(parts)
+            finally:
+                os.close(fd)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise RemoteResourceNotFoundError(f"get of object {key}: not found") from e
+        except OSError as e:
+            raise RemoteStorageError(f"get of object {key}: {e}") from e
+        return data
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        """Unlink each object (one already gone is fine), prune the directories that emptied below the key's
+        top-level directory, and fsync each changed directory once."""
+        paths = [(key, self._object_path(key)) for key in keys]  # every key checked before anything goes
+        self._check_available()
+        changed: set[Path] = set()
+        root = self.storage_dir
+        try:
+            for key, path in paths:
+                try:
+                    os.unlink(path)
+                except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                    continue
+                changed.add(_prune_empty_dirs(path.parent, root / key.split("/", 1)[0]))
+            for directory in changed:
+                try:
+                    _fsync_dir(directory)
+                except FileNotFoundError:  # pruned by a concurrent delete: its removal is that one's to sync
+                    pass
+        except OSError as e:
+            raise RemoteStorageError(f"delete of {len(paths)} object(s): {e}") from e
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``: a walk of the directory of the prefix's last ``/``.
+
+        Lazy: the walk goes on as the caller iterates (errors then are ``RemoteStorageError`` too). Skips
+        the temp files of writes in progress, the event log, and anything but regular files. With an
+        empty prefix the segment files are objects too, as in an S3 listing of the whole bucket."""
+        check_object_prefix(prefix)
+        self._check_available()
+        root = self.storage_dir
+        directory = prefix.rpartition("/")[0]
+        return self._walk_objects(root / directory if directory else root, directory, prefix)
+
+    def _walk_objects(self, start: Path, start_key: str, prefix: str) -> Iterator[ObjectInfo]:
+        pending = [(start, start_key)]
+        try:
+            while pending:
+                directory, dir_key = pending.pop()
+                try:
+                    with os.scandir(directory) as it:
+                        entries = list(it)
+                except (FileNotFoundError, NotADirectoryError):  # nothing there (or pruned meanwhile)
+                    continue
+                for entry in entries:
+                    key = f"{dir_key}/{entry.name}" if dir_key else entry.name
+                    if not key.startswith(prefix):  # only at the start directory: deeper keys all match
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append((Path(entry.path), key))
+                            continue
+                        if _TMP_MARK in entry.name or (not dir_key and entry.name == EVENTS_FILE):
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:  # deleted since the directory was read
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        yield ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
+        except OSError as e:
+            raise RemoteStorageError(f"list of objects under {prefix!r}: {e}") from e
 
 
 # -- file helpers ---------------------------------------------------------------------------------
@@ -416,14 +592,15 @@ def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
         _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # a hint: its result does not matter
 
 
-def _write_source(fd: int, target: Path, source: Path | bytes) -> None:
-    """Write ``source`` (a file or bytes) to the new file ``fd`` (the temp file of ``target``),
+def _write_source(fd: int, target: Path, source: Path | Buffer) -> None:
+    """Write ``source`` (a file or a buffer) to the new file ``fd`` (the temp file of ``target``),
     starting the writeback of every ``WRITEBACK_CHUNK`` as it is written."""
-    if isinstance(source, bytes):
-        view = memoryview(source)
-        while view:
-            view = view[os.write(fd, view):]
-        _start_writeback(fd, 0, len(source))
+    if not isinstance(source, Path):
+        with memoryview(source) as raw, raw.cast("B") as data:
+            view = data
+            while view:
+                view = view[os.write(fd, view):]
+            _start_writeback(fd, 0, len(data))
         return
     src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -458,18 +635,19 @@ def _fsync_file(fd: int, target: Path) -> None:
     os.fsync(fd)
 
 
-def _source_size(source: Path | bytes) -> int:
-    if isinstance(source, bytes):
-        return len(source)
+def _source_size(source: Path | Buffer) -> int:
+    if not isinstance(source, Path):
+        return memoryview(source).nbytes
     try:
         return source.stat().st_size
     except FileNotFoundError:
         return 0  # reported by the copy itself
 
 
-def _atomic_copy_all(files: Mapping[Path, Path | bytes]) -> None:
-    """Write each ``target: source`` (a file or bytes) via a unique temp file, fsync them all, then
-    rename them all into place. The caller fsyncs the directory once afterwards.
+def _atomic_copy_all(files: Mapping[Path, Path | Buffer], mid_crash_point: str | None = "rsm.copy.mid") -> None:
+    """Write each ``target: source`` (a file or a buffer) via a unique temp file, fsync them all, then
+    rename them all into place. The caller fsyncs the directory once afterwards. ``mid_crash_point``
+    is reached after each rename (a segment copy's; an object put has none).
 
     Smallest first, each one's writeback started as it is written (see the module docstring); then
     the fsyncs, largest first; no rename happens before every file's data is durable, so a crash
@@ -492,7 +670,8 @@ def _atomic_copy_all(files: Mapping[Path, Path | bytes]) -> None:
             os.close(fd)
         for _, tmp, target in opened:
             os.replace(tmp, target)
-            crash_point("rsm.copy.mid")  # some files of the segment in place, the others still temp files
+            if mid_crash_point is not None:
+                crash_point(mid_crash_point)  # some files of the segment in place, the others still temp files
     except BaseException:
         for fd, _, _ in opened[closed:]:
             os.close(fd)
@@ -501,8 +680,8 @@ def _atomic_copy_all(files: Mapping[Path, Path | bytes]) -> None:
         raise
 
 
-def _atomic_copy(source: Path | bytes, target: Path) -> None:
-    """Write ``source`` (a file or bytes) to ``target`` via a unique temp file, fsync, rename.
+def _atomic_copy(source: Path | Buffer, target: Path) -> None:
+    """Write ``source`` (a file or a buffer) to ``target`` via a unique temp file, fsync, rename.
 
     The one-file form; a segment copy uses ``_atomic_copy_all`` so its files share the fsync phase.
     """
@@ -525,6 +704,22 @@ def _make_dirs(directory: Path) -> None:
         except FileExistsError:  # a concurrent copy made it, maybe not durable yet: fsync anyway
             pass
         _fsync_dir(d.parent)
+
+
+def _prune_empty_dirs(directory: Path, floor: Path) -> Path:
+    """Remove ``directory`` and its ancestors while they are empty, stopping at ``floor`` (kept, as is
+    everything above it); returns the directory whose entries changed last (the one to fsync).
+
+    ``rmdir`` refuses a directory that is not empty, so nothing stored is ever lost; a concurrent put
+    that made a directory this removes before its temp file landed in it makes the directory again."""
+    d = directory
+    while d != floor and floor in d.parents:
+        try:
+            os.rmdir(d)
+        except OSError:  # not empty (or already gone, or busy): stop here
+            return d
+        d = d.parent
+    return d
 
 
 def _unlink_quietly(path: Path) -> None:

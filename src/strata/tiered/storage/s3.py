@@ -17,6 +17,15 @@ reads the AWS environment variables but not profiles, so unless static keys are 
 credentials come from boto3's standard chain (env, shared config/credentials profile incl. SSO
 and assume-role, container, instance metadata) through obstore's ``Boto3CredentialProvider``.
 
+It is also an :class:`~strata.tiered.api.ObjectStore` (diskless WAL objects, coordinator
+snapshots) on the same bucket, client, credentials and ``key.prefix``: the object of key ``k`` is
+``{key.prefix}k``. A put is one PUT (a multipart upload above the part size: neither leaves a
+partial object visible), a ranged read one ranged GET handed back as a view of obstore's Rust
+buffer (no copy), a delete one DeleteObjects request per 1000 keys (missing keys are fine), a
+listing a paged LIST of the prefix's directory (S3 prefixes are strings, obstore's are path
+segments: the rest of the prefix is matched here), keys returned without ``key.prefix``. Keys obey
+the local store's rules (``check_object_key``), so a key valid on one backend is valid on the other.
+
 Errors: a missing object is ``RemoteResourceNotFoundError``; connection failures, timeouts, 429
 and 5xx (after the client's own bounded retries) are ``RetriableRemoteStorageError``; anything
 else (403, 416 ...) is ``RemoteStorageError``. The client is thread-safe; one store is shared by
@@ -35,7 +44,7 @@ import io
 import logging
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from datetime import timedelta
@@ -50,6 +59,7 @@ from strata.common.crashpoints import crash_point
 from strata.tiered.api import (
     IndexType,
     LogSegmentData,
+    ObjectInfo,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -66,6 +76,7 @@ from strata.tiered.storage.common import (
     config_str,
     object_key,
 )
+from strata.tiered.storage.local import check_object_key, check_object_prefix, check_object_range
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +141,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._secrets = tuple(v for v in (config_str(configs, "aws.secret.access.key"),
                                           config_str(configs, "aws.session.token")) if v)
         kwargs.update(_credentials(configs))
-        client_options: dict[str, Any] = {"connect_timeout": timedelta(milliseconds=connect_ms),
-                                          "timeout": timedelta(milliseconds=attempt_ms)}
+        client_options: Any = {"connect_timeout": timedelta(milliseconds=connect_ms),
+                               "timeout": timedelta(milliseconds=attempt_ms)}
         if endpoint and endpoint.startswith("http://"):
             client_options["allow_http"] = True
         retry_config: Any = {"max_retries": retries, "retry_timeout": timedelta(milliseconds=call_ms),
@@ -248,6 +259,76 @@ class S3RemoteStorageManager(RemoteStorageManager):
             self.delete_log_segment_data(metadata)
         except RemoteStorageError as e:
             log.warning("could not remove the partial upload of %s: %s", metadata.remote_log_segment_id, e)
+
+    # -- ObjectStore -------------------------------------------------------------------------------
+
+    def _object_key(self, key: str) -> str:
+        check_object_key(key)
+        return f"{self.prefix}{key}"
+
+    def put_object(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        """One PUT of the whole object (a multipart upload above the part size); S3 makes either atomic."""
+        full = self._object_key(key)
+        store = self.store
+        try:
+            if memoryview(data).nbytes > self.part_size:
+                obstore.put(store, full, data, use_multipart=True, chunk_size=self.part_size,
+                            max_concurrency=self.concurrency)
+            else:
+                obstore.put(store, full, data, use_multipart=False)
+        except (BaseError, OSError) as e:
+            # a 404 here is a missing bucket, not a missing object
+            raise _translate(e, f"put of object {full}", missing_is_not_found=False, secrets=self._secrets) from e
+
+    def get_object_range(self, key: str, start: int, end: int) -> bytes | memoryview:
+        """One ranged GET; the bytes are a read-only view of obstore's Rust-owned buffer (kept alive by the
+        view). A range past the end is cut short by the server; one starting at or past the end is empty."""
+        full = self._object_key(key)
+        check_object_range(start, end)
+        store = self.store
+        what = f"get of object {full} [{start}, {end})"
+        try:
+            if end == start:  # obstore refuses an empty range: still answer "not found" for a missing object
+                obstore.head(store, full)
+                return b""
+            buffer = obstore.get_range(store, full, start=start, end=end)
+        except (BaseError, OSError) as e:
+            if _status_code(e) == 416:  # the object exists (else 404) but is no longer than start
+                return b""
+            raise _translate(e, what, secrets=self._secrets) from e
+        return memoryview(buffer).cast("B")
+
+    def delete_objects(self, keys: Sequence[str]) -> None:
+        """DeleteObjects requests (1000 keys each); keys already gone are fine."""
+        full = [self._object_key(key) for key in keys]
+        if not full:
+            return
+        try:
+            obstore.delete(self.store, full)
+        except (NotFoundError, FileNotFoundError):
+            pass
+        except (BaseError, OSError) as e:
+            raise _translate(e, f"delete of {len(full)} object(s) ({full[0]} ...)", secrets=self._secrets) from e
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        """A paged LIST of the prefix's directory, filtered on the whole prefix; lazy (pages are fetched as
+        the caller iterates, and a failure then raises from the iteration)."""
+        check_object_prefix(prefix)
+        full = f"{self.prefix}{prefix}"
+        directory = full.rpartition("/")[0]  # obstore lists by path segments: "a/b" lists "a/b/...", not "a/bc"
+        return self._list(self.store, directory or None, full)
+
+    def _list(self, store: S3Store, directory: str | None, full: str) -> Iterator[ObjectInfo]:
+        strip = len(self.prefix)
+        try:
+            for batch in obstore.list(store, directory, chunk_size=1000):
+                for meta in batch:
+                    path = meta["path"]
+                    if path.startswith(full):
+                        yield ObjectInfo(path[strip:], meta["size"], int(meta["last_modified"].timestamp() * 1000))
+        except (BaseError, OSError) as e:
+            raise _translate(e, f"list of objects under {full!r}", missing_is_not_found=False,
+                             secrets=self._secrets) from e
 
     def close(self) -> None:
         with self._pool_lock:
@@ -396,6 +477,12 @@ def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
         text = text.replace(secret, HIDDEN)
     text = _URL_USERINFO.sub(HIDDEN + "@", text)
     return _SIGV4_PARAMS.sub(lambda m: m.group(1) + HIDDEN, text)
+
+
+def _status_code(error: BaseException) -> int | None:
+    """The HTTP status of a failed request, as obstore's message reports it (None: no response)."""
+    status = _STATUS.search(str(error).split("\n\nDebug source:", 1)[0])
+    return int(status.group(1)) if status else None
 
 
 def _translate(error: BaseException, what: str, *, missing_is_not_found: bool = True,
