@@ -41,6 +41,8 @@ class LocalTopics(Protocol):
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo: ...
     def delete_topic(self, name: str) -> TopicInfo: ...
     def add_partitions(self, name: str, count: int) -> TopicInfo: ...
+    async def topic_changed(self, info: TopicInfo, deleted: bool = False) -> None:
+        """After a create, grow or delete: the diskless coordinator learns the partitions (or forgets them)."""
     def set_topic_configs(self, name: str, overrides: dict[str, str]) -> LogConfig: ...
 
 
@@ -118,13 +120,15 @@ class LocalTopicAdmin:
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
                            ) -> TopicInfo:
-        return self._broker.create_topic(name, partitions, dict(configs))
+        info = self._broker.create_topic(name, partitions, dict(configs))
+        await self._broker.topic_changed(info)
+        return info
 
     async def delete_topic(self, name: str, timeout_s: float) -> None:
-        self._broker.delete_topic(name)
+        await self._broker.topic_changed(self._broker.delete_topic(name), deleted=True)
 
     async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None:
-        self._broker.add_partitions(name, count)
+        await self._broker.topic_changed(self._broker.add_partitions(name, count))
 
     async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         self._broker.set_topic_configs(name, overrides)
@@ -227,11 +231,15 @@ class ZkTopicAdmin:
         if info is None:
             raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"Topic '{name}' was created but has not reached this "
                                                         "broker yet")
+        await self._broker.topic_changed(info)
         return info
 
     async def delete_topic(self, name: str, timeout_s: float) -> None:
         """Kafka answers once the topic is gone everywhere, or REQUEST_TIMED_OUT (the deletion goes on)."""
+        info = self._broker.topics.get(name)
         await self._node.delete_topic(name)
+        if info is not None:
+            await self._broker.topic_changed(info, deleted=True)
         cache = self._node.metadata
         if not await self._node.wait_for(lambda: name not in cache.topics, timeout_s):
             raise ApiError(ErrorCode.REQUEST_TIMED_OUT,
@@ -242,6 +250,9 @@ class ZkTopicAdmin:
         cache = self._node.metadata
         await self._node.wait_for(lambda: all(TopicPartition(name, p) in cache.states for p in range(count)),
                                   PROPAGATION_TIMEOUT_S)
+        info = self._broker.topics.get(name)
+        if info is not None:
+            await self._broker.topic_changed(info)
 
     async def elect_leaders(self, election_type: int, tps: list[TopicPartition]) -> dict[TopicPartition, Result]:
         """Run by the controller (Kafka sends ElectLeaders there): NOT_CONTROLLER elsewhere, and the

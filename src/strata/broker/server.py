@@ -36,6 +36,7 @@ from strata.broker.cluster_services import (
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.inter_broker import inter_broker_security
+from strata.broker.leader_producer import LeaderProducer
 from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
@@ -56,6 +57,8 @@ from strata.config import LogConfig
 from strata.config.broker_config import IGNORED_KEYS, BrokerConfig
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
+from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC
+from strata.diskless.service import DisklessService
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.cleaner.log_cleaner import LogCleaner
@@ -64,7 +67,7 @@ from strata.quota.client import ClientQuotaManagers
 from strata.quota.replication import ReplicationQuotas
 from strata.replication.fetcher import ReplicaFetcherManager
 from strata.replication.replica_manager import ReplicaManager
-from strata.tiered.api import RemoteStorageError, TopicIdPartition
+from strata.tiered.api import ObjectStore, RemoteStorageError, TopicIdPartition
 from strata.tiered.manager import RemoteAuxState, RemoteLogManager, TieredStats, copy_lag
 
 log = logging.getLogger("strata.broker")
@@ -162,6 +165,7 @@ class Broker:
         self.groups: Any = None  # the group coordinator, set in start() (see strata.coordinator.group)
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
+        self.diskless: DisklessService | None = None  # diskless topics, set in start() when tiering is on
         self.metrics = Registry()
         self.log_cleaner: LogCleaner | None = None
         self.stats = TieredStats(self.metrics)
@@ -213,6 +217,15 @@ class Broker:
         self._lead(info)
         log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
         return info
+
+    async def topic_changed(self, info: TopicInfo, deleted: bool = False) -> None:
+        diskless = self.diskless
+        if diskless is None:
+            return
+        if deleted:
+            await diskless.on_topic_deleted(info.topic_id)
+        elif diskless.is_diskless(info.name):
+            await diskless.on_topic_created(info.name, info.topic_id, info.partitions)
 
     def _lead(self, info: TopicInfo) -> None:
         """Tell the RemoteLogManager this node leads the topic's partitions (it tiers the eligible ones)."""
@@ -369,6 +382,7 @@ class Broker:
         self.transactions.start()
         if self.config.remote.enabled:
             self._start_tiering()
+            await self._start_diskless()
         self._start_listeners()
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._periodic(self.config.log_retention_check_interval_ms,
@@ -554,6 +568,26 @@ class Broker:
 
         rlm.sweep_orphans(is_live)
 
+    async def _start_diskless(self) -> None:
+        """Diskless topics live in the remote store: they need one that also stores plain objects."""
+        rlm = self.remote_log_manager
+        assert rlm is not None
+        if not isinstance(rlm.rsm, ObjectStore):
+            log.warning("diskless topics are not available: the remote storage manager %s stores no plain "
+                        "objects", type(rlm.rsm).__name__)
+            return
+        admin = self.admin
+        forward = None
+        if self.cluster is not None:
+            forward = LeaderProducer(self.view, DISKLESS_METADATA_TOPIC, 0, inter_broker_security(self.config)).append
+
+        async def create(name: str, partitions: int, replicas: int, configs: dict[str, str]) -> Any:
+            return await admin.create_topic(name, partitions, replicas, configs)
+
+        self.diskless = DisklessService(self.config, self.replicas, self.topics, rlm.rsm, self.clock,
+                                        self.cluster is not None, create, admin.max_replication_factor, forward)
+        await self.diskless.start()
+
     def _producer_id_expiration_ms(self) -> int:
         """``producer.id.expiration.ms`` as it is now: a dynamic broker config over the static one."""
         cfg = self.config
@@ -596,6 +630,8 @@ class Broker:
             task.cancel()
         self.replicas.wake_all()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
+        if self.diskless is not None:  # its last WAL object commits through __diskless_metadata: before the logs
+            await self.diskless.stop()
         if self.log_cleaner is not None:
             # Off the loop: a cleaner thread waiting for the loop (a selection, a swap) must get it to stop.
             await asyncio.to_thread(self.log_cleaner.shutdown)

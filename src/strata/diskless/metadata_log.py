@@ -2,13 +2,16 @@
 
 Appends are leader appends with origin COORDINATOR (the topic is internal: clients cannot write it) and
 the journal waits for the high watermark, so a command is applied only once the ISR has it. On a single
-node the one replica is its own ISR: the high watermark follows every append.
+node the one replica is its own ISR: the high watermark follows every append. In a cluster a broker that
+does not lead the partition forwards its command to the leader (a Produce with acks=all, as the RLMM
+writes ``__remote_log_metadata``) and waits for its own replica's high watermark to pass it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 
 from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode, KafkaStorageError
@@ -23,26 +26,50 @@ DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 METADATA_PARTITION = TopicPartition(DISKLESS_METADATA_TOPIC, 0)
 
 
+Forward = Callable[[bytes], Awaitable[int]]
+"""Append a record batch to the partition through its leader on another broker (acks=all); its offset."""
+
+
 class MetadataTopicLog:
-    def __init__(self, replicas: ReplicaManager, clustered: bool) -> None:
+    def __init__(self, replicas: ReplicaManager, clustered: bool, forward: Forward | None = None) -> None:
         self.replicas = replicas
         self.clustered = clustered
+        self.forward = forward
 
-    def append(self, key: bytes, value: bytes) -> int:
+    def _leads(self) -> bool:
+        part = self.replicas.partitions.get(METADATA_PARTITION)
+        return part is not None and part.is_leader
+
+    async def append(self, key: bytes, value: bytes) -> int:
         builder = BatchBuilder()
         builder.append(value, key=key)
+        batch = builder.build()
+        if self.clustered and not self._leads():
+            if self.forward is None:
+                raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"this broker does not lead {METADATA_PARTITION}")
+            return await self.forward(batch)
         try:
-            info = self.replicas.append(METADATA_PARTITION, builder.build(), AppendOrigin.COORDINATOR,
+            info = self.replicas.append(METADATA_PARTITION, batch, AppendOrigin.COORDINATOR,
                                         required_acks=-1 if self.clustered else 1)
         except OSError as e:
             raise KafkaStorageError(f"append to {METADATA_PARTITION} failed: {e}") from e
         return info.last_offset
 
     async def wait_committed(self, offset: int, timeout_s: float) -> None:
-        code = await self.replicas.wait_for_replication(METADATA_PARTITION, offset + 1, timeout_s)
-        if code:
-            raise ApiError(code, f"{METADATA_PARTITION}: the command at offset {offset} was not replicated "
-                                 f"({ErrorCode(code).name})")
+        if not self.clustered or self._leads():
+            code = await self.replicas.wait_for_replication(METADATA_PARTITION, offset + 1, timeout_s)
+            if code:
+                raise ApiError(code, f"{METADATA_PARTITION}: the command at offset {offset} was not replicated "
+                                     f"({ErrorCode(code).name})")
+            return
+        # a follower: the leader's high watermark reaches this replica with its next fetch response
+        deadline = time.monotonic() + timeout_s
+        while self.high_watermark() <= offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ApiError(ErrorCode.REQUEST_TIMED_OUT, f"{METADATA_PARTITION}: offset {offset} did not reach "
+                                                            f"this replica's high watermark in {timeout_s:.0f} s")
+            await self.replicas.wait_for_data([METADATA_PARTITION], remaining)
 
     def high_watermark(self) -> int:
         plog = self.replicas.local_log(METADATA_PARTITION)

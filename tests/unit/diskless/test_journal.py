@@ -25,7 +25,7 @@ class ListLog:
         self.hw = 0
         self.auto_commit = True
 
-    def append(self, key: bytes, value: bytes) -> int:
+    async def append(self, key: bytes, value: bytes) -> int:
         self.records.append((key, value))
         if self.auto_commit:
             self.hw = len(self.records)
@@ -127,7 +127,7 @@ def test_a_record_this_broker_cannot_read_stops_the_replica_instead_of_diverging
         log = ListLog()
         leader = JournaledControlPlane(log, str(tmp_path / "l.db"), lambda: NOW)
         await leader.start()
-        log.append(b"commit_file", b'{"v": 99}')
+        await log.append(b"commit_file", b'{"v": 99}')
         await leader.catch_up()
         assert leader.applied_offset == -1
         with pytest.raises(CoordinatorUnavailableError) as e:

@@ -36,6 +36,7 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
+from strata.diskless.coordinator.api import FindBatchRequest
 from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.protocol.frame import Splice
@@ -63,6 +64,7 @@ class _FetchState:
         self.remote_reserved = 0  # budget promised to remote reads still running
         self.throttled_bytes = 0  # records of leader-throttled partitions in a follower's answer (KIP-73)
         self.held_s: float | None = None  # a partition held back by the leader quota: seconds until it allows it
+        self.diskless: list[tuple[dict[str, Any], FindBatchRequest]] = []  # read after the pass, all at once
 
 
 def replica_id_of(request: Any) -> int:
@@ -80,6 +82,14 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
     out: dict[str, Any] = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                            "preferred_read_replica": -1, "records": b""}
+    diskless = ctx.broker.diskless
+    if replica_id < 0 and diskless is not None and diskless.is_diskless(name):
+        # leaderless: any broker serves it, from the coordinator's coordinates and the object store
+        info = ctx.broker.topics.get(name)
+        assert info is not None
+        state.diskless.append((out, FindBatchRequest(info.topic_id, p.partition, p.fetch_offset,
+                                                     max(0, min(p.partition_max_bytes, budget)))))
+        return out
     try:
         plog = replicas.get_log(tp)
         replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
@@ -227,6 +237,59 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation,
     return responses, state, tps
 
 
+async def _complete_diskless_reads(ctx: RequestContext, state: _FetchState, read_committed: bool,
+                                   max_bytes: int) -> None:
+    """One coordinator query for every diskless partition of the pass, then their range reads at once."""
+    diskless = ctx.broker.diskless
+    assert diskless is not None
+    try:
+        reads = await diskless.fetch([req for _, req in state.diskless], max(0, max_bytes - state.bytes),
+                                     read_committed)
+    except KafkaError as e:
+        log.warning("diskless fetch failed: %s", e)
+        state.errors = True
+        for out, _ in state.diskless:
+            out["error_code"] = e.error_code
+        return
+    for (out, _), read in zip(state.diskless, reads, strict=True):
+        out.update(error_code=read.error, high_watermark=read.high_watermark,
+                   last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset)
+        if read.error:
+            state.errors = True
+            continue
+        if read_committed:
+            out["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                           for a in read.aborted_transactions]
+        _attach_bytes(out, read.records, state)
+
+
+def _attach_bytes(out: dict[str, Any], records: bytes | memoryview, state: _FetchState) -> None:
+    """Records read into memory (remote tier, diskless): spliced into the response frame when large, so
+    the body is never copied again."""
+    size = len(records)
+    if size >= INLINE_BYTES:
+        splice = Splice(records, size)
+        state.splices.append(splice)
+        out["records"] = splice.marker
+    elif size:
+        out["records"] = bytes(records)
+    state.bytes += size
+
+
+async def _wait_for_data(ctx: RequestContext, tps: list[TopicPartition], diskless: bool, wait_s: float) -> None:
+    """Until a local partition of the fetch changes or (diskless partitions) a WAL object is committed."""
+    if not diskless:
+        await ctx.broker.replicas.wait_for_data(tps, wait_s)
+        return
+    assert ctx.broker.diskless is not None
+    waits = {asyncio.ensure_future(ctx.broker.replicas.wait_for_data(tps, wait_s)),
+             asyncio.ensure_future(ctx.broker.diskless.wait_for_commit(wait_s))}
+    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
 async def _complete_remote_reads(ctx: RequestContext, state: _FetchState) -> None:
     """Kafka's DelayedRemoteFetch: wait for every remote read, at most ``remote.fetch.max.wait.ms``."""
     rlm = ctx.broker.remote_log_manager
@@ -255,14 +318,7 @@ async def _complete_remote_reads(ctx: RequestContext, state: _FetchState) -> Non
                         plog.topic_partition.partition, type(e).__name__, e)
             out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
             continue
-        size = len(result.records)
-        if size >= INLINE_BYTES:  # spliced into the response frame, never copied into the body
-            splice = Splice(result.records, size)
-            state.splices.append(splice)
-            out["records"] = splice.marker
-        else:
-            out["records"] = bytes(result.records)
-        state.bytes += size
+        _attach_bytes(out, result.records, state)
         if result.aborted_txns is not None:
             aborted = list(result.aborted_txns)
             if not result.aborted_txns_complete:  # the rest lives in the local segments
@@ -282,6 +338,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     refused = _refused_topics(ctx, request)
     while True:
         responses, state, tps = _one_pass(ctx, request, isolation, refused)
+        if state.diskless:
+            await _complete_diskless_reads(ctx, state, isolation is FetchIsolation.TXN_COMMITTED,
+                                           getattr(request, "max_bytes", 0x7FFFFFFF))
         if state.remote:
             await _complete_remote_reads(ctx, state)
             break
@@ -292,7 +351,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         # A partition held back by the leader quota is looked at again once the quota allows it (Kafka's
         # DelayedFetch waits for max_wait, which makes a throttled copy run below its rate)
         wait = remaining if state.held_s is None else min(remaining, max(state.held_s, _MIN_WAIT_S))
-        await ctx.broker.replicas.wait_for_data(tps, wait)
+        await _wait_for_data(ctx, tps, bool(state.diskless), wait)
     if state.bytes:
         ctx.broker.stats.topics.BytesOutPerSec.mark(None, state.bytes)
     if state.throttled_bytes:  # KafkaApis: the answer's throttled partitions count against the leader quota

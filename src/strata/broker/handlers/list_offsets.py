@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
+from strata.diskless.coordinator.api import ListOffsetsRequest as DisklessListOffsets
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.log.partition_log import ListOffsetsSpec, PartitionLog
 from strata.log.segment import TimestampAndOffset
@@ -131,6 +132,16 @@ async def _lookup(ctx: RequestContext, tp: TopicPartition, p: Any, committed: bo
     return {"timestamp": found.timestamp, "offset": found.offset, "leader_epoch": -1 if epoch is None else epoch}
 
 
+async def _diskless_lookup(ctx: RequestContext, tp: TopicPartition, timestamp: int, committed: bool) -> dict[str, Any]:
+    """Any broker answers a diskless partition, from the coordinator (leader epoch: none, it is leaderless)."""
+    diskless, info = ctx.broker.diskless, ctx.broker.topics.get(tp.topic)
+    assert diskless is not None and info is not None
+    (found,) = await diskless.list_offsets([DisklessListOffsets(info.topic_id, tp.partition, timestamp)], committed)
+    if found.error:
+        raise ApiError(found.error, f"{tp}: {found.error.name}")
+    return {"timestamp": found.timestamp, "offset": found.offset, "leader_epoch": -1}
+
+
 @handles(LIST_OFFSETS)
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
@@ -151,7 +162,11 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Any:
                 if t.name not in ctx.broker.topics:
                     raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 tp = TopicPartition(t.name, p.partition_index)
-                entry.update(await _lookup(ctx, tp, p, committed, replica_id))
+                diskless = ctx.broker.diskless
+                if diskless is not None and diskless.is_diskless(t.name):
+                    entry.update(await _diskless_lookup(ctx, tp, p.timestamp, committed))
+                else:
+                    entry.update(await _lookup(ctx, tp, p, committed, replica_id))
             except KafkaError as e:
                 entry["error_code"] = e.error_code
             parts.append(entry)

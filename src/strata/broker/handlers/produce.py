@@ -24,6 +24,9 @@ from strata.broker.dispatch import CloseConnection, RequestContext, handles
 from strata.broker.transactions import TransactionService
 from strata.client.wire import ADMIN_CLIENT_ID
 from strata.common import TopicPartition
+from strata.diskless.produce import diskless_entry
+from strata.diskless.service import DisklessService
+from strata.diskless.writer import WriteEntry
 from strata.errors import (
     ErrorCode,
     InvalidRecordError,
@@ -81,6 +84,30 @@ _WAIT_ERRORS = {
 }
 
 
+async def _write_diskless(ctx: RequestContext, diskless: DisklessService,
+                          written: list[tuple[WriteEntry, dict[str, Any]]]) -> bool:
+    """Every diskless partition of the request goes into the broker's active WAL object at once; the
+    answer comes once that object is uploaded and committed, whatever ``acks`` asked (diskless.md)."""
+    try:
+        results = await diskless.produce([entry for entry, _ in written])
+    except KafkaError as e:
+        for _, part in written:
+            part.update(error_code=e.error_code, error_message=str(e))
+        return True
+    failed = False
+    topic_stats = ctx.broker.stats.topics
+    for (entry, part), result in zip(written, results, strict=True):
+        if result.error:
+            failed = True
+            part.update(error_code=result.error, error_message=result.error_message)
+            continue
+        part.update(base_offset=result.base_offset, log_append_time=result.log_append_time,
+                    log_start_offset=result.log_start_offset)
+        topic_stats.BytesInPerSec.mark(entry.topic_name, entry.size)
+        topic_stats.MessagesInPerSec.mark(entry.topic_name, result.last_offset - result.base_offset + 1)
+    return failed
+
+
 def _has_transactional_records(request: Any) -> bool:
     """Kafka's ``RequestUtils.hasTransactionalRecords``: does any partition carry a transactional batch?"""
     return any(pdata.records and TransactionService.transactional_producer(pdata.records) is not None
@@ -111,6 +138,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     failed = False
     topics_out = []
     waiting: list[tuple[TopicPartition, int, dict[str, Any]]] = []
+    diskless = broker.diskless
+    diskless_parts: list[tuple[WriteEntry, dict[str, Any]]] = []
     for topic in request.topic_data:
         name = getattr(topic, "name", None)
         info = broker.topics.get(name) if name else broker.topics.by_id(getattr(topic, "topic_id", None))
@@ -143,6 +172,19 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                                               batch_error=True))
                 continue
             tp = TopicPartition(info.name, index)
+            if diskless is not None and diskless.is_diskless(info.name):
+                part = _partition_error(index, ErrorCode.NONE, None)
+                parts.append(part)
+                try:
+                    entry = diskless_entry(info.topic_id, tp, records, broker.topics.config(info.name),
+                                           broker.clock.milliseconds())
+                except KafkaError as e:
+                    part.update(_partition_error(index, e.error_code, str(e), batch_error=e.error_code in (
+                        ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP), record_errors=e.record_errors
+                        if isinstance(e, RecordValidationError) else None))
+                    continue
+                diskless_parts.append((entry, part))
+                continue
             txn = broker.transactions.transactional_producer(records) if broker.transactions is not None else None
             if txn is not None:
                 code, message = await broker.transactions.verify_for_append(tp, request.transactional_id, *txn)
@@ -174,6 +216,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         topics_out.append({"name": name if name else (info.name if info else ""),
                            "topic_id": info.topic_id if info else getattr(topic, "topic_id", None),
                            "partition_responses": parts})
+    if diskless_parts:
+        assert diskless is not None
+        failed = await _write_diskless(ctx, diskless, diskless_parts) or failed
     if waiting:
         failed = await _wait_for_isr(ctx, waiting, max(0.0, request.timeout.total_seconds())) or failed
     if acks == 0:

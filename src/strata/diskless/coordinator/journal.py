@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
@@ -33,13 +34,22 @@ log = logging.getLogger("strata.diskless.coordinator")
 
 T = TypeVar("T")
 COMMIT_TIMEOUT_S = 30.0
+RECENT_OUTCOMES = 4096  # a remote append's answer must still be here when its produce response arrives
+
+
+def _settle(fut: asyncio.Future[Any], outcome: Any) -> None:
+    if isinstance(outcome, BaseException):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)
 
 
 class CommandLog(Protocol):
     """``__diskless_metadata`` partition 0 as the coordinator needs it; the broker implements it."""
 
-    def append(self, key: bytes, value: bytes) -> int:
-        """Append one record as the partition's leader and return its offset (raise KafkaError otherwise)."""
+    async def append(self, key: bytes, value: bytes) -> int:
+        """Append one record through the partition's leader (this broker, or another one) and return its
+        offset; raise KafkaError when it cannot be appended."""
         ...
 
     async def wait_committed(self, offset: int, timeout_s: float) -> None:
@@ -70,6 +80,7 @@ class JournaledControlPlane:
         self._applied = -1
         self._apply_lock = asyncio.Lock()
         self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._recent: OrderedDict[int, Any] = OrderedDict()  # outcomes of the last commands, by offset
         self._failed: str | None = None
         self.commands_applied = 0
 
@@ -118,18 +129,23 @@ class JournaledControlPlane:
         """Append a command as leader, wait until it is committed and applied here, return its answer.
 
         Raises what applying it raised (an InvalidCommitError changes nothing, on every replica alike) or a
-        KafkaError from the append (NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition)."""
+        KafkaError from the append. A broker that does not lead the partition appends through its leader and
+        takes the answer from its own replica's replay of the record: applying is deterministic, so the
+        answer is the leader's."""
         if self._failed is not None:
             raise CoordinatorUnavailableError(self._failed)
         key, value = encode(Command(kind, self._now_ms(), args))
-        offset = self._log.append(key, value)
+        offset = await self._log.append(key, value)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[offset] = fut
         try:
-            await self._log.wait_committed(offset, COMMIT_TIMEOUT_S)
-            await self.catch_up()
-            if not fut.done():  # the record was not applied: the log moved under us (a truncation)
-                raise CoordinatorUnavailableError(f"command at offset {offset} was not applied")
+            if offset > self._applied:  # (a remote append: this replica may have applied it meanwhile)
+                await self._log.wait_committed(offset, COMMIT_TIMEOUT_S)
+                await self.catch_up()
+            if not fut.done():
+                if offset not in self._recent:  # the log moved under us (a truncation) or fell out of memory
+                    raise CoordinatorUnavailableError(f"command at offset {offset} was not applied")
+                _settle(fut, self._recent[offset])
             return fut.result()
         finally:
             self._waiters.pop(offset, None)
@@ -148,12 +164,12 @@ class JournaledControlPlane:
                     break
                 results = await self._in_thread(lambda rs=records: self._apply_all(rs))  # type: ignore[misc]
                 for offset, outcome in results:
+                    self._recent[offset] = outcome
                     fut = self._waiters.get(offset)
                     if fut is not None and not fut.done():
-                        if isinstance(outcome, BaseException):
-                            fut.set_exception(outcome)
-                        else:
-                            fut.set_result(outcome)
+                        _settle(fut, outcome)
+                while len(self._recent) > RECENT_OUTCOMES:
+                    self._recent.popitem(last=False)
             return self._applied
 
     def _apply_all(self, records: list[tuple[int, bytes | None, bytes | None]]) -> list[tuple[int, Any]]:

@@ -1,0 +1,300 @@
+"""``DisklessService``: diskless topics (KIP-1150) on this broker, for the handlers to call.
+
+It puts the pieces together: the journaled coordinator over ``__diskless_metadata`` (created on the first
+diskless topic), the WAL writer (produce: validated batches into shared WAL objects, uploaded, committed,
+answered), the reader (fetch: the coordinator's batch coordinates, range reads through the block cache,
+offsets injected) and the housekeeping (WAL objects no batch refers to any more are deleted after a grace
+period; objects uploaded but never committed are swept).
+
+Handlers see a narrow surface: :meth:`is_diskless`, :meth:`produce`, :meth:`fetch`, :meth:`list_offsets`,
+:meth:`wait_for_commit` and the topic lifecycle hooks. A diskless topic still has its local partition
+directories (they stay empty; consolidation into KIP-405 segments will fill them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from strata.common.clock import Clock
+from strata.config.broker_config import BrokerConfig
+from strata.diskless.coordinator.api import (
+    CommitBatchResponse,
+    CommitFileRequest,
+    CreatePartitionsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FindBatchRequest,
+    IsolationLevel,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    LogInfo,
+    TopicIdPartition,
+)
+from strata.diskless.coordinator.journal import JournaledControlPlane
+from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC, METADATA_PARTITION, Forward, MetadataTopicLog
+from strata.diskless.reader import ObjectCache, PartitionRead, Reader
+from strata.diskless.writer import WriteEntry, Writer, WriterConfig, WriteResult
+from strata.diskless.writer.object_key import parse_object_key
+from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.replication.replica_manager import ReplicaManager
+from strata.tiered.api import ObjectStore, RemoteStorageError
+
+log = logging.getLogger("strata.diskless")
+
+COORDINATOR_DB = "diskless-coordinator-0.sqlite"
+
+CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[Any]]
+"""Create a topic (name, partitions, replication factor, configs) through the broker's topic admin."""
+
+
+class DisklessService:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, topics: Any, store: ObjectStore,
+                 clock: Clock, clustered: bool, create_topic: CreateTopic, live_brokers: Callable[[], int],
+                 forward: Forward | None = None) -> None:
+        self.config = config
+        self.dc = config.diskless
+        self.replicas = replicas
+        self.topics = topics
+        self.store = store
+        self.clock = clock
+        self.clustered = clustered
+        self._create_topic = create_topic
+        self._live_brokers = live_brokers
+        self.coordinator = JournaledControlPlane(MetadataTopicLog(replicas, clustered, forward),
+                                                 str(Path(config.log_dirs[0]) / COORDINATOR_DB), clock.milliseconds)
+        self.wal_prefix = f"{self.dc.object_key_prefix}/wal"
+        self.cache = ObjectCache(store, max_bytes=self.dc.cache_max_bytes, lifespan_s=self.dc.cache_lifespan_ms / 1000,
+                                 clock=clock)
+        self.reader = Reader(self.cache, lagging_threshold_ms=self.dc.cache_lifespan_ms)
+        self.writer = Writer(
+            broker_id=config.node_id, store=store, commit=self._commit, is_safe_to_delete=self._is_safe_to_delete,
+            config=WriterConfig(max_bytes=self.dc.buffer_max_bytes, commit_interval_ms=self.dc.commit_interval_ms,
+                                max_upload_attempts=self.dc.max_upload_attempts,
+                                upload_backoff_ms=self.dc.upload_backoff_ms,
+                                max_uploads_in_flight=self.dc.max_uploads_in_flight,
+                                object_key_prefix=self.wal_prefix),
+            clock=clock)
+        self._committed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def metadata_topic_configs(self) -> dict[str, str]:
+        """The command log keeps every command until snapshots let it be truncated."""
+        dc = self.dc
+        replicas = dc.metadata_replication_factor if self.clustered else 1
+        return {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(dc.metadata_segment_bytes),
+                "min.insync.replicas": str(min(dc.metadata_min_isr, replicas)),
+                "unclean.leader.election.enable": "false", "compression.type": "producer"}
+
+    async def start(self) -> None:
+        """Open the coordinator state and replay what it has not applied (a single node: its own log is
+        all committed). Nothing is created until the first diskless topic needs it; in a cluster the
+        replay loop also notices a replica of ``__diskless_metadata`` another broker's first diskless topic
+        made here."""
+        if self.replicas.local_log(METADATA_PARTITION) is not None:
+            await self._open()
+        if self.clustered:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._replay(), name="diskless-replay"))
+
+    async def _replay(self) -> None:
+        """Cluster mode: apply what the leader committed (other brokers' commands) as it arrives."""
+        while True:
+            try:
+                if self.replicas.local_log(METADATA_PARTITION) is None:
+                    await asyncio.sleep(0.5)
+                    continue
+                if not self._started:
+                    await self._open()
+                applied = self.coordinator.applied_offset
+                if await self.coordinator.catch_up() != applied:
+                    self._notify_commit()
+                await self.replicas.wait_for_data([METADATA_PARTITION], 1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - logged; the loop goes on (a failed replica stops in catch_up)
+                log.warning("diskless coordinator replay: %s", e)
+                await asyncio.sleep(1.0)
+
+    async def _open(self) -> None:
+        if self._started:
+            return
+        if not self.clustered:
+            plog = self.replicas.get_log(METADATA_PARTITION)
+            plog.update_high_watermark(plog.log_end_offset)  # the only replica: everything written is committed
+        await self.coordinator.start()
+        applied = await self.coordinator.catch_up()
+        self._started = True
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._clean_files_periodically(), name="diskless-file-cleaner"))
+        self._tasks.append(loop.create_task(self._sweep_orphans_periodically(), name="diskless-orphan-sweeper"))
+        known = {(log_info.topic_id, log_info.partition) for log_info in await self._all_logs()}
+        missing = [CreatePartitionsRequest(info.topic_id, info.name, info.partitions) for info in self.topics
+                   if self.is_diskless(info.name)
+                   and any((info.topic_id, p) not in known for p in range(info.partitions))]
+        if missing:  # created while the coordinator was down (or a crash right after the registry write)
+            await self.coordinator.execute("create_partitions", missing)
+        log.info("diskless coordinator ready (applied up to offset %d of %s)", applied, DISKLESS_METADATA_TOPIC)
+
+    async def _all_logs(self) -> list[LogInfo]:
+        parts = [TopicIdPartition(info.topic_id, p) for info in self.topics if self.is_diskless(info.name)
+                 for p in range(info.partitions)]
+        if not parts:
+            return []
+        return [i for i in await self.coordinator.query(lambda s: s.get_logs(parts)) if i.error == ErrorCode.NONE]
+
+    async def ensure_started(self) -> None:
+        """Create ``__diskless_metadata`` (single node) and open the coordinator, on the first diskless topic."""
+        if self._started:
+            return
+        if self.topics.get(DISKLESS_METADATA_TOPIC) is None:
+            replicas = min(self.dc.metadata_replication_factor, self._live_brokers()) if self.clustered else 1
+            try:
+                await self._create_topic(DISKLESS_METADATA_TOPIC, 1, replicas, self.metadata_topic_configs())
+            except KafkaError as e:
+                if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+        deadline = asyncio.get_running_loop().time() + 30
+        while self.replicas.local_log(METADATA_PARTITION) is None:  # the controller's decision reaching us
+            if asyncio.get_running_loop().time() > deadline:
+                raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"this broker holds no replica of "
+                               f"{DISKLESS_METADATA_TOPIC}: diskless topics need one on every broker (its replication "
+                               "factor diskless.metadata.topic.replication.factor at least the number of brokers)")
+            await asyncio.sleep(0.1)
+        await self._open()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            await self.writer.close()
+        except Exception:  # noqa: BLE001 - shutting down: say so and go on
+            log.exception("closing the diskless writer failed")
+        await self.coordinator.close()
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def is_diskless(self, topic: str) -> bool:
+        info = self.topics.get(topic)
+        return info is not None and bool(info.configs) and self.topics.config(topic).diskless_enable
+
+    async def on_topic_created(self, name: str, topic_id: uuid.UUID, partitions: int) -> None:
+        await self.ensure_started()
+        await self.coordinator.execute("create_partitions", [CreatePartitionsRequest(topic_id, name, partitions)])
+
+    async def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
+        if self._started:
+            await self.coordinator.execute("delete_topic", topic_id)
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def produce(self, entries: Sequence[WriteEntry]) -> list[WriteResult]:
+        if not self._started:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the diskless coordinator is not running")
+        return await self.writer.write(entries)
+
+    async def _commit(self, request: CommitFileRequest) -> list[CommitBatchResponse]:
+        responses: list[CommitBatchResponse] = await self.coordinator.execute("commit_file", request)
+        self._notify_commit()
+        return responses
+
+    def _notify_commit(self) -> None:
+        self._committed.set()
+        self._committed = asyncio.Event()
+
+    async def _is_safe_to_delete(self, key: str) -> bool:
+        return bool(await self.coordinator.query(lambda s: s.is_safe_to_delete_file(key)))
+
+    async def wait_for_commit(self, timeout_s: float) -> None:
+        """Return at the next commit applied here, or after ``timeout_s`` (a fetch's long-poll)."""
+        try:
+            await asyncio.wait_for(self._committed.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+    # -- fetch ----------------------------------------------------------------------------------
+
+    async def fetch(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int,
+                    read_committed: bool) -> list[PartitionRead]:
+        isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        found = await self.coordinator.query(
+            lambda s: s.find_batches(requests, fetch_max_bytes=fetch_max_bytes, isolation_level=isolation))
+        return await self.reader.read(found, self.clock.milliseconds())
+
+    async def list_offsets(self, requests: Sequence[ListOffsetsRequest],
+                           read_committed: bool) -> list[ListOffsetsResponse]:
+        isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        return list(await self.coordinator.query(lambda s: s.list_offsets(requests, isolation_level=isolation)))
+
+    async def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
+        return list(await self.coordinator.execute("delete_records", list(requests)))
+
+    async def log_info(self, topic_id: uuid.UUID, partition: int) -> LogInfo:
+        (info,) = await self.coordinator.query(lambda s: s.get_logs([TopicIdPartition(topic_id, partition)]))
+        return info
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    async def clean_files(self) -> int:
+        """Delete WAL objects no batch refers to any more, once their grace period is over (reads that
+        found their coordinates just before still find the object), then forget them."""
+        now = self.clock.milliseconds()
+        due = await self.coordinator.query(
+            lambda s: s.files_to_delete(now_ms=now, grace_period_ms=self.dc.file_cleaner_retention_ms))
+        if not due:
+            return 0
+        keys = [f.object_key for f in due]
+        await asyncio.to_thread(self.store.delete_objects, keys)
+        for key in keys:
+            self.cache.invalidate(key)
+        await self.coordinator.execute("delete_files", keys)
+        log.info("deleted %d WAL object(s) no batch refers to", len(keys))
+        return len(keys)
+
+    async def sweep_orphans(self) -> int:
+        """Delete WAL objects never committed (a broker killed between upload and commit) once they are
+        older than ``diskless.orphan.grace.ms``: far above any upload-to-commit time, so an object whose
+        commit is still on its way is never taken."""
+        now = self.clock.milliseconds()
+        cutoff = now - self.dc.orphan_grace_ms
+
+        def old_keys() -> list[str]:
+            out = []
+            for info in self.store.list_objects(f"{self.wal_prefix}/"):
+                parsed = parse_object_key(self.wal_prefix, info.key)
+                created = parsed.created_ms if parsed is not None else info.last_modified_ms
+                if created < cutoff and info.last_modified_ms < cutoff:
+                    out.append(info.key)
+            return out
+        candidates = await asyncio.to_thread(old_keys)
+        orphans = [k for k in candidates if await self._is_safe_to_delete(k)]
+        if orphans:
+            await asyncio.to_thread(self.store.delete_objects, orphans)
+            log.warning("deleted %d WAL object(s) uploaded but never committed (older than %d ms)", len(orphans),
+                        self.dc.orphan_grace_ms)
+        return len(orphans)
+
+    async def _clean_files_periodically(self) -> None:
+        await self._periodically(self.dc.file_cleaner_interval_ms, self.clean_files, "file cleaner")
+
+    async def _sweep_orphans_periodically(self) -> None:
+        await self._periodically(max(self.dc.orphan_grace_ms // 4, 1000), self.sweep_orphans, "orphan sweeper")
+
+    async def _periodically(self, interval_ms: int, job: Callable[[], Any], name: str) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await job()
+            except (KafkaError, RemoteStorageError, OSError) as e:
+                log.warning("diskless %s: %s (retried in %d ms)", name, e, interval_ms)
+            except Exception:
+                log.exception("diskless %s failed", name)
+

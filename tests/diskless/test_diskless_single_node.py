@@ -1,0 +1,123 @@
+"""Diskless topics on one broker with the local-directory store, through real clients over sockets."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.diskless.harness import create_diskless, diskless_broker, wal_objects
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 30) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.assign([CkTopicPartition(topic, p, 0) for p in range(partitions)])
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            out.append(m)
+        return out
+    finally:
+        c.close()
+
+
+def test_produce_and_consume_every_record_exactly_once_in_order(tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path).start()
+    try:
+        create_diskless(b.bootstrap, "dl", partitions=3)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        acked: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
+
+        def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+            assert err is None, err
+            acked[msg.partition()].append((msg.offset(), msg.value()))
+        for i in range(3000):
+            p.produce("dl", value=b"v%d" % i, key=b"k%d" % i, partition=i % 3, on_delivery=on_delivery,
+                      headers=[("h", b"%d" % i)], timestamp=1_700_000_000_000 + i)
+            if i % 500 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+        for part, records in acked.items():
+            assert [o for o, _ in records] == list(range(1000)), part  # contiguous offsets from 0, in order
+        msgs = consume_all(b.bootstrap, "dl", 3, 3000)
+        assert len(msgs) == 3000
+        for part in range(3):
+            got = [m for m in msgs if m.partition() == part]
+            assert [m.offset() for m in got] == list(range(1000))
+            assert [m.value() for m in got] == [v for _, v in acked[part]]
+            i0 = int(got[0].value()[1:])
+            assert got[0].timestamp()[1] == 1_700_000_000_000 + i0
+            assert got[0].headers() == [("h", b"%d" % i0)]
+        objects = wal_objects(tmp_path)
+        assert objects, "the data went to WAL objects in the store"
+        assert len(objects) < 3000 / 3, "batches of many requests and partitions share objects"
+        assert not (b.data_dir / "logs" / "dl-0" / "00000000000000000000.log").stat().st_size, \
+            "no local copy of diskless data"
+    finally:
+        b.stop()
+
+
+def test_restart_keeps_everything_acknowledged(tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path).start()
+    try:
+        create_diskless(b.bootstrap, "dl")
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1})
+        for i in range(200):
+            p.produce("dl", value=b"%d" % i)
+        assert p.flush(30) == 0
+        b.stop()
+        b.start()
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1})
+        for i in range(200, 300):
+            p.produce("dl", value=b"%d" % i)
+        assert p.flush(30) == 0
+        msgs = consume_all(b.bootstrap, "dl", 1, 300)
+        assert [m.value() for m in msgs] == [b"%d" % i for i in range(300)]
+        assert [m.offset() for m in msgs] == list(range(300))
+    finally:
+        b.stop()
+
+
+def test_list_offsets_and_log_append_time(tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path).start()
+    try:
+        create_diskless(b.bootstrap, "lat", **{"message.timestamp.type": "LogAppendTime"})
+        before = int(time.time() * 1000)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1})
+        for i in range(10):
+            p.produce("lat", value=b"%d" % i, timestamp=1000)
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "x"})
+        try:
+            low, high = c.get_watermark_offsets(CkTopicPartition("lat", 0), timeout=10)
+            assert (low, high) == (0, 10)
+            (found,) = c.offsets_for_times([CkTopicPartition("lat", 0, before - 60_000)], timeout=10)
+            assert found.offset == 0
+        finally:
+            c.close()
+        msgs = consume_all(b.bootstrap, "lat", 1, 10)
+        kinds = {m.timestamp()[0] for m in msgs}
+        assert kinds == {2}  # TIMESTAMP_LOG_APPEND_TIME
+        assert all(before - 1000 <= m.timestamp()[1] <= int(time.time() * 1000) + 1000 for m in msgs)
+    finally:
+        b.stop()
+
+
+def test_refused_configs_name_the_key(tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        futures = admin.create_topics([NewTopic("c", 1, 1, config={"diskless.enable": "true",
+                                                                  "cleanup.policy": "compact"})])
+        with pytest.raises(KafkaException, match="diskless.enable"):
+            futures["c"].result(30)
+    finally:
+        b.stop()
