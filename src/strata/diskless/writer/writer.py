@@ -179,9 +179,11 @@ class Writer:
             await asyncio.wait(pending)
 
     async def drain(self) -> None:
-        """Wait until every object rotated so far is answered (the active file is left alone)."""
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
+        """Wait until every object rotated so far is answered and cleaned up (the active file is left
+        alone; objects rotated meanwhile are not waited for, so steady traffic cannot hold this up)."""
+        tasks = set(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks)
 
     # -- rotation --------------------------------------------------------------------------------
 
