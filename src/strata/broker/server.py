@@ -37,6 +37,7 @@ from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.inter_broker import inter_broker_security
 from strata.broker.leader_producer import LeaderProducer
+from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
@@ -155,13 +156,8 @@ class Broker:
                                                   quota=self.replication_quotas.follower)
             self.member = ClusterMember(self.cluster, self.topics, self.replicas, self.fetchers)
             self.replicas.isr_writer = self.cluster.write_isr
-            cluster = self.cluster
-
-            async def allocate() -> tuple[int, int]:
-                block = await cluster.zk.retry(cluster.allocate_producer_ids)
-                return block.first_producer_id, block.size
-
-            self.producer_ids = ClusterProducerIdManager(allocate)
+            source = ProducerIdSource(self.cluster, self.view, config.node_id, inter_broker_security(config))
+            self.producer_ids = ClusterProducerIdManager(source.allocate)
         self.groups: Any = None  # the group coordinator, set in start() (see strata.coordinator.group)
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
