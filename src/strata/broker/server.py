@@ -37,8 +37,8 @@ from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.inter_broker import inter_broker_security
 from strata.broker.leader_producer import LeaderProducer
-from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.listeners import ListenerRuntime
+from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.replication_config import ReplicationConfig
