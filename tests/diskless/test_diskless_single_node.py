@@ -121,3 +121,41 @@ def test_refused_configs_name_the_key(tmp_path: Path) -> None:
             futures["c"].result(30)
     finally:
         b.stop()
+
+
+def test_retention_and_delete_records_move_the_log_start_and_free_the_objects(tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path, **{"diskless.file.cleaner.interval.ms": "200",
+                                     "diskless.file.cleaner.retention.period.ms": "0",
+                                     "diskless.produce.commit.interval.ms": "20"}).start()
+    try:
+        create_diskless(b.bootstrap, "old", **{"retention.ms": "3600000"})
+        create_diskless(b.bootstrap, "del")
+        now = int(time.time() * 1000)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1})
+        for i in range(50):  # written two hours ago by their timestamps: past retention.ms
+            p.produce("old", value=b"%d" % i, timestamp=now - 7_200_000)
+            assert p.flush(30) == 0
+        for i in range(50):
+            p.produce("del", value=b"%d" % i)
+            assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "x"})
+        try:
+            deadline = time.monotonic() + 30
+            while c.get_watermark_offsets(CkTopicPartition("old", 0), timeout=10) != (50, 50):
+                assert time.monotonic() < deadline, "retention.ms did not delete the old records"
+                time.sleep(0.2)
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            (done,) = admin.delete_records([CkTopicPartition("del", 0, 30)]).values()
+            assert done.result(30).low_watermark == 30
+            assert c.get_watermark_offsets(CkTopicPartition("del", 0), timeout=10) == (30, 50)
+        finally:
+            c.close()
+        msgs = consume_all(b.bootstrap, "del", 1, 20)
+        assert [m.offset() for m in msgs] == list(range(30, 50))
+        # the 50 objects of "old" held nothing else: the cleaner deletes them; "del" keeps its last 20
+        deadline = time.monotonic() + 30
+        while len(wal_objects(tmp_path)) > 20:
+            assert time.monotonic() < deadline, f"{len(wal_objects(tmp_path))} WAL objects left"
+            time.sleep(0.2)
+    finally:
+        b.stop()

@@ -28,6 +28,7 @@ from strata.diskless.coordinator.api import (
     CreatePartitionsRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    EnforceRetentionRequest,
     FindBatchRequest,
     IsolationLevel,
     ListOffsetsRequest,
@@ -47,6 +48,7 @@ from strata.tiered.api import ObjectStore, RemoteStorageError
 log = logging.getLogger("strata.diskless")
 
 COORDINATOR_DB = "diskless-coordinator-0.sqlite"
+RETENTION_MAX_BATCHES = 2000  # per partition and run (Inkless's inkless.retention.enforcement.max.batches.per.request)
 
 CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[Any]]
 """Create a topic (name, partitions, replication factor, configs) through the broker's topic admin."""
@@ -135,6 +137,9 @@ class DisklessService:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._clean_files_periodically(), name="diskless-file-cleaner"))
         self._tasks.append(loop.create_task(self._sweep_orphans_periodically(), name="diskless-orphan-sweeper"))
+        self._tasks.append(loop.create_task(self._periodically(self.config.log_retention_check_interval_ms,
+                                                               self.enforce_retention, "retention"),
+                                            name="diskless-retention"))
         known = {(log_info.topic_id, log_info.partition) for log_info in await self._all_logs()}
         missing = [CreatePartitionsRequest(info.topic_id, info.name, info.partitions) for info in self.topics
                    if self.is_diskless(info.name)
@@ -242,6 +247,27 @@ class DisklessService:
         return info
 
     # -- housekeeping ---------------------------------------------------------------------------
+
+    async def enforce_retention(self) -> int:
+        """Each diskless partition's ``retention.ms`` and ``retention.bytes``, as one command. Run by the
+        broker leading ``__diskless_metadata`` (every broker on a single node is that one): the command is
+        the same whoever sends it, so one sender is enough."""
+        part = self.replicas.partitions.get(METADATA_PARTITION)
+        if self.clustered and (part is None or not part.is_leader):
+            return 0
+        requests = []
+        for info in self.topics:
+            if self.is_diskless(info.name):
+                config = self.topics.config(info.name)
+                requests += [EnforceRetentionRequest(info.topic_id, p, config.retention_bytes, config.retention_ms)
+                             for p in range(info.partitions)]
+        if not requests or all(r.retention_bytes < 0 and r.retention_ms < 0 for r in requests):
+            return 0
+        results = await self.coordinator.execute("enforce_retention", (requests, RETENTION_MAX_BATCHES))
+        deleted = sum(r.batches_deleted for r in results)
+        if deleted:
+            log.info("retention deleted %d diskless batches (%d bytes)", deleted, sum(r.bytes_deleted for r in results))
+        return deleted
 
     async def clean_files(self) -> int:
         """Delete WAL objects no batch refers to any more, once their grace period is over (reads that

@@ -17,6 +17,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS
 from strata.common import TopicPartition
+from strata.diskless.coordinator.api import DeleteRecordsRequest as DisklessDeleteRecords
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 
@@ -41,6 +42,19 @@ def _delete(ctx: RequestContext, tp: TopicPartition, offset: int) -> int:
     return broker.delete_records(tp, target)
 
 
+async def _delete_diskless(ctx: RequestContext, tp: TopicPartition, offset: int) -> int:
+    """A diskless partition's log start moves in the coordinator (any broker); its WAL objects go once no
+    batch of any partition refers to them."""
+    diskless, info = ctx.broker.diskless, ctx.broker.topics.get(tp.topic)
+    assert diskless is not None and info is not None
+    if offset < HIGH_WATERMARK:
+        raise ApiError(ErrorCode.OFFSET_OUT_OF_RANGE, f"The offset {offset} for partition {tp} is not valid")
+    (result,) = await diskless.delete_records([DisklessDeleteRecords(info.topic_id, tp.partition, offset)])
+    if result.error:
+        raise ApiError(result.error, f"DeleteRecords on {tp}: {result.error.name}")
+    return result.log_start_offset
+
+
 @handles(DELETE_RECORDS)
 async def delete_records(ctx: RequestContext, request: Any) -> Any:
     checking = ctx.broker.authorization.enabled
@@ -56,7 +70,12 @@ async def delete_records(ctx: RequestContext, request: Any) -> Any:
                 parts.append(entry)
                 continue
             try:
-                entry["low_watermark"] = _delete(ctx, TopicPartition(t.name, p.partition_index), p.offset)
+                tp = TopicPartition(t.name, p.partition_index)
+                diskless = ctx.broker.diskless
+                if diskless is not None and diskless.is_diskless(t.name):
+                    entry["low_watermark"] = await _delete_diskless(ctx, tp, p.offset)
+                else:
+                    entry["low_watermark"] = _delete(ctx, tp, p.offset)
             except KafkaError as e:
                 entry["error_code"] = e.error_code
             parts.append(entry)
