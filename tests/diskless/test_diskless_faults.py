@@ -53,10 +53,10 @@ def test_a_broker_killed_mid_commit_loses_nothing_acknowledged_and_leaves_no_orp
                 p.produce("dl", value=b"%d" % sent, on_delivery=on_delivery)
                 sent += 1
                 p.poll(0.002)
-        send(400)  # the fifth upload (or commit) kills the broker on the way
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while b.proc is not None and b.proc.poll() is None and time.monotonic() < deadline:
-            p.poll(0.1)
+            send(20)  # until the fifth upload (or commit) kills the broker on the way
+            p.poll(0.05)
         assert b.proc is not None and b.proc.poll() is not None, "the crash point was not reached"
         assert b.stop() == -9 and f"crash point {point} reached" in b.tail()
         restarter = threading.Thread(target=b.start)

@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.cluster.test_cluster_metrics import scrape
 from tests.diskless.harness import create_diskless, diskless_broker, wal_objects
 
 
@@ -35,13 +36,14 @@ def test_produce_and_consume_every_record_exactly_once_in_order(tmp_path: Path) 
         create_diskless(b.bootstrap, "dl", partitions=3)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "enable.idempotence": True})
         acked: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
+        base_ts = int(time.time() * 1000) - 60_000  # recent: older than retention.ms (7 days) would be deleted
 
         def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
             assert err is None, err
             acked[msg.partition()].append((msg.offset(), msg.value()))
         for i in range(3000):
             p.produce("dl", value=b"v%d" % i, key=b"k%d" % i, partition=i % 3, on_delivery=on_delivery,
-                      headers=[("h", b"%d" % i)], timestamp=1_700_000_000_000 + i)
+                      headers=[("h", b"%d" % i)], timestamp=base_ts + i)
             if i % 500 == 0:
                 p.poll(0)
         assert p.flush(30) == 0
@@ -54,10 +56,17 @@ def test_produce_and_consume_every_record_exactly_once_in_order(tmp_path: Path) 
             assert [m.offset() for m in got] == list(range(1000))
             assert [m.value() for m in got] == [v for _, v in acked[part]]
             i0 = int(got[0].value()[1:])
-            assert got[0].timestamp()[1] == 1_700_000_000_000 + i0
+            assert got[0].timestamp()[1] == base_ts + i0
             assert got[0].headers() == [("h", b"%d" % i0)]
         objects = wal_objects(tmp_path)
         assert objects, "the data went to WAL objects in the store"
+        metrics = scrape(b)
+        uploaded = metrics["strata_diskless_Writer_WalObjectsUploadedPerSec_total"]
+        assert uploaded == len(objects) == metrics["strata_diskless_Writer_PutRequestsPerSec_total"]
+        assert metrics["strata_diskless_Reader_GetRequestsPerSec_total"] + \
+            metrics["strata_diskless_Reader_CacheHitsPerSec_total"] > 0
+        assert metrics["strata_diskless_Coordinator_AppliedOffset"] >= uploaded
+        assert metrics["strata_diskless_Produce_ProduceLatencyMs_p99"] >= 0
         assert len(objects) < 3000 / 3, "batches of many requests and partitions share objects"
         assert not (b.data_dir / "logs" / "dl-0" / "00000000000000000000.log").stat().st_size, \
             "no local copy of diskless data"

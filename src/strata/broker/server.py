@@ -33,6 +33,7 @@ from strata.broker.cluster_services import (
     ZkClusterView,
     ZkTopicAdmin,
 )
+from strata.broker.diskless_metrics import register_diskless_metrics
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.inter_broker import inter_broker_security
@@ -171,6 +172,7 @@ class Broker:
             self.fetchers.registry = self.metrics  # FetcherStats of each replica fetcher
         self.dynamic_configs.on_apply.append(ReplicationConfig(self.replication_quotas, self.fetchers).apply)
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
+        self.diskless_metrics = register_diskless_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()
         self.quota_managers = ClientQuotaManagers(config.quota_window_num, config.quota_window_size_seconds)

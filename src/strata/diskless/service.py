@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,17 @@ CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[Any]]
 """Create a topic (name, partitions, replication factor, configs) through the broker's topic admin."""
 
 
+@dataclass(slots=True)
+class DisklessStats:
+    """What the service itself counts (the writer, reader and cache keep their own); read by the metrics."""
+
+    produce_latency_ms: deque[int] = field(default_factory=lambda: deque(maxlen=1024))
+    find_batches_latency_ms: deque[int] = field(default_factory=lambda: deque(maxlen=1024))
+    objects_deleted: int = 0
+    orphans_deleted: int = 0
+    delete_requests: int = 0
+
+
 class DisklessService:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, topics: Any, store: ObjectStore,
                  clock: Clock, clustered: bool, create_topic: CreateTopic, live_brokers: Callable[[], int],
@@ -84,6 +98,7 @@ class DisklessService:
         self._committed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self.stats = DisklessStats()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -204,7 +219,11 @@ class DisklessService:
     async def produce(self, entries: Sequence[WriteEntry]) -> list[WriteResult]:
         if not self._started:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the diskless coordinator is not running")
-        return await self.writer.write(entries)
+        started = time.monotonic()
+        try:
+            return await self.writer.write(entries)
+        finally:
+            self.stats.produce_latency_ms.append(int((time.monotonic() - started) * 1000))
 
     async def _commit(self, request: CommitFileRequest) -> list[CommitBatchResponse]:
         responses: list[CommitBatchResponse] = await self.coordinator.execute("commit_file", request)
@@ -230,8 +249,10 @@ class DisklessService:
     async def fetch(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int,
                     read_committed: bool) -> list[PartitionRead]:
         isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        started = time.monotonic()
         found = await self.coordinator.query(
             lambda s: s.find_batches(requests, fetch_max_bytes=fetch_max_bytes, isolation_level=isolation))
+        self.stats.find_batches_latency_ms.append(int((time.monotonic() - started) * 1000))
         return await self.reader.read(found, self.clock.milliseconds())
 
     async def list_offsets(self, requests: Sequence[ListOffsetsRequest],
@@ -279,6 +300,8 @@ class DisklessService:
             return 0
         keys = [f.object_key for f in due]
         await asyncio.to_thread(self.store.delete_objects, keys)
+        self.stats.objects_deleted += len(keys)
+        self.stats.delete_requests += 1
         for key in keys:
             self.cache.invalidate(key)
         await self.coordinator.execute("delete_files", keys)
@@ -304,6 +327,8 @@ class DisklessService:
         orphans = [k for k in candidates if await self._is_safe_to_delete(k)]
         if orphans:
             await asyncio.to_thread(self.store.delete_objects, orphans)
+            self.stats.orphans_deleted += len(orphans)
+            self.stats.delete_requests += 1
             log.warning("deleted %d WAL object(s) uploaded but never committed (older than %d ms)", len(orphans),
                         self.dc.orphan_grace_ms)
         return len(orphans)
