@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,6 +69,19 @@ def test_produce_and_consume_every_record_exactly_once_in_order(tmp_path: Path) 
             metrics["strata_diskless_Reader_CacheHitsPerSec_total"] > 0
         assert metrics["strata_diskless_Coordinator_AppliedOffset"] >= uploaded
         assert metrics["strata_diskless_Produce_ProduceLatencyMs_p99"] >= 0
+        # strata tiers: the partitions' offsets from the coordinator, their WAL bytes, no local copy
+        deadline = time.monotonic() + 10
+        while True:
+            table = subprocess.run([sys.executable, "-m", "strata", "tiers", "--bootstrap", b.bootstrap, "--topic",
+                                    "dl"], capture_output=True, text=True, timeout=60, check=True).stdout
+            if "? in WAL" not in table or time.monotonic() > deadline:  # the view refreshes every 2 s
+                break
+            time.sleep(0.5)
+        assert "diskless.enable=true" in table, table
+        assert table.count("in WAL objects, no local copy on any broker") == 3, table
+        assert "? in WAL" not in table, table
+        row = next(line.split() for line in table.splitlines() if line.startswith("dl ") and line.split()[1] == "0")
+        assert "1000" in row, table  # the end offset
         assert len(objects) < 3000 / 3, "batches of many requests and partitions share objects"
         assert not (b.data_dir / "logs" / "dl-0" / "00000000000000000000.log").stat().st_size, \
             "no local copy of diskless data"

@@ -60,7 +60,7 @@ from strata.config.broker_config import IGNORED_KEYS, BrokerConfig
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC
-from strata.diskless.service import DisklessService
+from strata.diskless.service import DisklessService, diskless_tier_rows
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 from strata.log.cleaner.log_cleaner import LogCleaner
@@ -316,8 +316,12 @@ class Broker:
     def tier_states(self) -> list[dict[str, Any]]:
         """Per partition: offsets and bytes of both tiers (``/v1/tiers``, ``strata tiers``)."""
         rlm = self.remote_log_manager
+        diskless = self.diskless
         out = []
         for info in sorted(self.topics, key=lambda i: i.name):
+            if diskless is not None and diskless.is_diskless(info.name):
+                out.extend(diskless_tier_rows(info, diskless.log_infos))
+                continue
             for p in range(info.partitions):
                 tp = TopicPartition(info.name, p)
                 plog = self.logs.get_log(tp)

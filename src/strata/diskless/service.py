@@ -51,6 +51,7 @@ from strata.tiered.api import ObjectStore, RemoteStorageError
 log = logging.getLogger("strata.diskless")
 
 COORDINATOR_DB = "diskless-coordinator-0.sqlite"
+LOG_INFO_REFRESH_MS = 2000
 RETENTION_MAX_BATCHES = 2000  # per partition and run (Inkless's inkless.retention.enforcement.max.batches.per.request)
 
 CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[Any]]
@@ -99,6 +100,7 @@ class DisklessService:
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self.stats = DisklessStats()
+        self.log_infos: dict[tuple[uuid.UUID, int], LogInfo] = {}  # the coordinator's view, for /v1/tiers
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -152,6 +154,8 @@ class DisklessService:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._clean_files_periodically(), name="diskless-file-cleaner"))
         self._tasks.append(loop.create_task(self._sweep_orphans_periodically(), name="diskless-orphan-sweeper"))
+        self._tasks.append(loop.create_task(self._periodically(LOG_INFO_REFRESH_MS, self.refresh_log_infos,
+                                                               "partition view"), name="diskless-log-infos"))
         self._tasks.append(loop.create_task(self._periodically(self.config.log_retention_check_interval_ms,
                                                                self.enforce_retention, "retention"),
                                             name="diskless-retention"))
@@ -269,6 +273,11 @@ class DisklessService:
 
     # -- housekeeping ---------------------------------------------------------------------------
 
+    async def refresh_log_infos(self) -> None:
+        """Every diskless partition's log start, high watermark and WAL bytes, as this replica knows them
+        (``/v1/tiers`` reads them on the event loop, where the coordinator's thread cannot be asked)."""
+        self.log_infos = {(i.topic_id, i.partition): i for i in await self._all_logs()}
+
     async def enforce_retention(self) -> int:
         """Each diskless partition's ``retention.ms`` and ``retention.bytes``, as one command. Run by the
         broker leading ``__diskless_metadata`` (every broker on a single node is that one): the command is
@@ -349,3 +358,18 @@ class DisklessService:
             except Exception:
                 log.exception("diskless %s failed", name)
 
+
+def diskless_tier_rows(info: Any, log_infos: dict[tuple[uuid.UUID, int], LogInfo]) -> list[dict[str, Any]]:
+    """``/v1/tiers`` rows of a diskless topic: no local tier, its data in WAL objects (``wal_bytes``) until
+    consolidation moves it to the remote tier."""
+    rows = []
+    for p in range(info.partitions):
+        found = log_infos.get((info.topic_id, p))
+        row: dict[str, Any] = {"topic": info.name, "partition": p, "topic_id": str(info.topic_id), "diskless": True,
+                               "remote_storage_enable": False, "local_segments": 0, "local_bytes": 0}
+        if found is not None:
+            row.update(log_start_offset=found.log_start_offset, high_watermark=found.high_watermark,
+                       log_end_offset=found.high_watermark, last_stable_offset=found.last_stable_offset,
+                       wal_bytes=found.byte_size)
+        rows.append(row)
+    return rows

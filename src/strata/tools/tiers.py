@@ -66,9 +66,9 @@ CONSUMER, DEBUGGING_CONSUMER = -1, -2  # ListOffsets replica_id: answered by the
 LEADER_SPECS = {EARLIEST: "log_start_offset", EARLIEST_LOCAL: "local_log_start_offset",
                 LATEST_TIERED: "highest_offset_in_remote_storage", LATEST: "high_watermark"}
 TOPIC_CONFIG_KEYS = ("remote.storage.enable", "local.retention.bytes", "local.retention.ms", "retention.bytes",
-                     "retention.ms")
+                     "retention.ms", "diskless.enable")
 HTTP_ONLY_KEYS = ("topic_id", "log_end_offset", "local_segments", "remote_segments", "remote_bytes",
-                  "copy_lag_segments", "copy_lag_bytes", "last_copy_error")
+                  "copy_lag_segments", "copy_lag_bytes", "last_copy_error", "diskless", "wal_bytes")
 
 COLUMNS = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOCAL-START", "REMOTE-END", "END",
            "LOCAL-SEGS", "LOCAL-BYTES", "REMOTE-OFFSETS", "REMOTE-SEGS", "REMOTE-BYTES", "COPY-LAG")
@@ -540,6 +540,10 @@ def format_topic(t: Mapping[str, Any]) -> str | None:
     if t.get("error"):
         return f"topic {t.get('topic')}: configs unknown ({t['error']})"
     configs = t.get("configs") or {}
+    if str(configs.get("diskless.enable")).lower() == "true":
+        return (f"topic {t.get('topic')}: diskless.enable=true (any broker takes its produce; its data is in the "
+                f"remote store's WAL objects); retention: {_retention(configs, 'retention.bytes', '', format_bytes)}, "
+                f"{_retention(configs, 'retention.ms', '', None)}")
     if str(configs.get("remote.storage.enable")).lower() != "true":
         return None
     return (f"topic {t.get('topic')}: remote.storage.enable=true; local retention: "
@@ -570,6 +574,10 @@ def format_table(payload: Mapping[str, Any]) -> str:
     lines = [line(COLUMNS)]
     for p, r in zip(partitions, rows[1:], strict=True):
         lines.append(line(r))
+        if p.get("diskless"):  # leaderless: no replica holds its data, so no replica lines
+            lines.append(f"  diskless: {format_bytes(p['wal_bytes']) if 'wal_bytes' in p else '?'} in WAL objects, "
+                         "no local copy on any broker")
+            continue
         lines.extend("  " + format_replica(s) for s in p.get("replica_states") or ())
     for t in payload.get("topics", []):
         text = format_topic(t)
