@@ -183,3 +183,38 @@ def test_retention_and_delete_records_move_the_log_start_and_free_the_objects(tm
             time.sleep(0.2)
     finally:
         b.stop()
+
+
+def test_the_coordinator_snapshots_truncates_its_log_and_a_wiped_state_is_rebuilt_from_the_snapshot(
+        tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path, **{"diskless.metadata.snapshot.interval.ms": "300",
+                                     "diskless.metadata.snapshot.min.commands": "20",
+                                     "diskless.metadata.topic.segment.bytes": "4096",
+                                     "diskless.produce.commit.interval.ms": "10"}).start()
+    snapshots = tmp_path / "remote" / "diskless" / "coordinator"
+    try:
+        create_diskless(b.bootstrap, "dl")
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1})
+        for i in range(100):
+            p.produce("dl", value=b"%d" % i)
+            assert p.flush(30) == 0  # one commit each
+        deadline = time.monotonic() + 30
+        while not list(snapshots.glob("*.sqlite")):
+            assert time.monotonic() < deadline, "no snapshot"
+            time.sleep(0.2)
+        b.stop()
+        segments = sorted((b.data_dir / "logs" / "__diskless_metadata-0").glob("*.log"))
+        assert int(segments[0].stem) > 0, "the command log was truncated below the snapshot"
+        for f in (b.data_dir / "logs").glob("diskless-coordinator-0.sqlite*"):
+            f.unlink()  # the replica's state is gone: it must come back from the snapshot and the log's tail
+        b.start()
+        for i in range(100, 120):
+            p.produce("dl", value=b"%d" % i)
+        assert p.flush(30) == 0
+        msgs = consume_all(b.bootstrap, "dl", 1, 120)
+        assert [m.value() for m in msgs] == [b"%d" % i for i in range(120)]
+        assert [m.offset() for m in msgs] == list(range(120))
+        assert "restored from a snapshot" in b.tail(20000)
+        assert len(list(snapshots.glob("*.sqlite"))) <= 3
+    finally:
+        b.stop()

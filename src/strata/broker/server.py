@@ -59,7 +59,7 @@ from strata.config import LogConfig
 from strata.config.broker_config import IGNORED_KEYS, BrokerConfig
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
-from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC
+from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC, METADATA_PARTITION
 from strata.diskless.service import DisklessService, diskless_tier_rows
 from strata.errors import ApiError, ClusterError, ErrorCode, KafkaStorageError
 from strata.log.checkpoints import atomic_write
@@ -587,7 +587,8 @@ class Broker:
             return await admin.create_topic(name, partitions, replicas, configs)
 
         self.diskless = DisklessService(self.config, self.replicas, self.topics, rlm.rsm, self.clock,
-                                        self.cluster is not None, create, admin.max_replication_factor, forward)
+                                        self.cluster is not None, create, admin.max_replication_factor, forward,
+                                        lambda offset: self.delete_records(METADATA_PARTITION, offset))
         await self.diskless.start()
 
     def _producer_id_expiration_ms(self) -> int:

@@ -53,6 +53,11 @@ DISKLESS_KEYS = [
               "min.insync.replicas of __diskless_metadata (capped by its replication factor)"),
     ConfigKey("diskless.metadata.topic.segment.bytes", "int", 100 * MiB, at_least(1024),
               "segment.bytes of __diskless_metadata"),
+    ConfigKey("diskless.metadata.snapshot.interval.ms", "int", 600_000, at_least(100),
+              "How often the coordinator's leader snapshots its state to the remote store and truncates "
+              "__diskless_metadata below it (restart time and disk stay bounded)"),
+    ConfigKey("diskless.metadata.snapshot.min.commands", "int", 10_000, at_least(1),
+              "... once at least this many commands were applied since the last snapshot"),
 ]
 
 
@@ -73,6 +78,8 @@ class DisklessConfig:
     metadata_replication_factor: int = 3
     metadata_min_isr: int = 2
     metadata_segment_bytes: int = 100 * MiB
+    snapshot_interval_ms: int = 600_000
+    snapshot_min_commands: int = 10_000
 
     @classmethod
     def from_parsed(cls, p: Mapping[str, Any]) -> DisklessConfig:
@@ -92,4 +99,6 @@ class DisklessConfig:
             metadata_replication_factor=p["diskless.metadata.topic.replication.factor"],
             metadata_min_isr=p["diskless.metadata.topic.min.isr"],
             metadata_segment_bytes=p["diskless.metadata.topic.segment.bytes"],
+            snapshot_interval_ms=p["diskless.metadata.snapshot.interval.ms"],
+            snapshot_min_commands=p["diskless.metadata.snapshot.min.commands"],
         )

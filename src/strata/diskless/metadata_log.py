@@ -81,3 +81,7 @@ class MetadataTopicLog:
             return
         for record in iter_log_records(plog, start, end):
             yield record.offset, record.key, record.value
+
+    def log_start_offset(self) -> int:
+        plog = self.replicas.local_log(METADATA_PARTITION)
+        return plog.log_start_offset if plog is not None else 0

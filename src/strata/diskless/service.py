@@ -52,6 +52,7 @@ log = logging.getLogger("strata.diskless")
 
 COORDINATOR_DB = "diskless-coordinator-0.sqlite"
 LOG_INFO_REFRESH_MS = 2000
+SNAPSHOTS_KEPT = 3
 RETENTION_MAX_BATCHES = 2000  # per partition and run (Inkless's inkless.retention.enforcement.max.batches.per.request)
 
 CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[Any]]
@@ -72,7 +73,7 @@ class DisklessStats:
 class DisklessService:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, topics: Any, store: ObjectStore,
                  clock: Clock, clustered: bool, create_topic: CreateTopic, live_brokers: Callable[[], int],
-                 forward: Forward | None = None) -> None:
+                 forward: Forward | None = None, truncate: Callable[[int], int] | None = None) -> None:
         self.config = config
         self.dc = config.diskless
         self.replicas = replicas
@@ -82,8 +83,12 @@ class DisklessService:
         self.clustered = clustered
         self._create_topic = create_topic
         self._live_brokers = live_brokers
+        self._truncate = truncate
+        self.snapshot_prefix = f"{self.dc.object_key_prefix}/coordinator"
+        self._last_snapshot = -1
         self.coordinator = JournaledControlPlane(MetadataTopicLog(replicas, clustered, forward),
-                                                 str(Path(config.log_dirs[0]) / COORDINATOR_DB), clock.milliseconds)
+                                                 str(Path(config.log_dirs[0]) / COORDINATOR_DB), clock.milliseconds,
+                                                 self._newest_snapshot)
         self.wal_prefix = f"{self.dc.object_key_prefix}/wal"
         self.cache = ObjectCache(store, max_bytes=self.dc.cache_max_bytes, lifespan_s=self.dc.cache_lifespan_ms / 1000,
                                  clock=clock)
@@ -154,6 +159,8 @@ class DisklessService:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._clean_files_periodically(), name="diskless-file-cleaner"))
         self._tasks.append(loop.create_task(self._sweep_orphans_periodically(), name="diskless-orphan-sweeper"))
+        self._tasks.append(loop.create_task(self._periodically(self.dc.snapshot_interval_ms, self.snapshot,
+                                                               "snapshot"), name="diskless-snapshot"))
         self._tasks.append(loop.create_task(self._periodically(LOG_INFO_REFRESH_MS, self.refresh_log_infos,
                                                                "partition view"), name="diskless-log-infos"))
         self._tasks.append(loop.create_task(self._periodically(self.config.log_retention_check_interval_ms,
@@ -272,6 +279,50 @@ class DisklessService:
         return info
 
     # -- housekeeping ---------------------------------------------------------------------------
+
+    # -- snapshots --------------------------------------------------------------------------------
+
+    def _leads_metadata(self) -> bool:
+        part = self.replicas.partitions.get(METADATA_PARTITION)
+        return not self.clustered or (part is not None and part.is_leader)
+
+    async def snapshot(self) -> int | None:
+        """The leader of ``__diskless_metadata`` uploads its state (``<prefix>/coordinator/<offset>.sqlite``)
+        and truncates the topic below it, so a restart replays only what came after, and the topic's disk
+        stays bounded. A replica that finds the commands it needs truncated away restores the newest
+        snapshot (:meth:`_newest_snapshot`). The three newest snapshots are kept."""
+        if not self._leads_metadata() or self._truncate is None:
+            return None
+        if self.coordinator.applied_offset - max(self._last_snapshot, 0) < self.dc.snapshot_min_commands:
+            return None
+        offset, image = await self.coordinator.snapshot()
+        key = f"{self.snapshot_prefix}/{offset:020d}.sqlite"
+        await asyncio.to_thread(self.store.put_object, key, image)
+        self._last_snapshot = offset
+        low = self._truncate(offset + 1)
+        log.info("diskless coordinator snapshot at offset %d (%d bytes) uploaded; %s now starts at %d", offset,
+                 len(image), DISKLESS_METADATA_TOPIC, low)
+        old = sorted(await self._snapshot_keys())[:-SNAPSHOTS_KEPT]
+        if old:
+            await asyncio.to_thread(self.store.delete_objects, [k for _, k in old])
+        return offset
+
+    async def _snapshot_keys(self) -> list[tuple[int, str]]:
+        def listing() -> list[tuple[int, str]]:
+            out = []
+            for info in self.store.list_objects(f"{self.snapshot_prefix}/"):
+                name = info.key.rsplit("/", 1)[-1]
+                if name.endswith(".sqlite") and name[:-7].isdigit():
+                    out.append((int(name[:-7]), info.key))
+            return out
+        return await asyncio.to_thread(listing)
+
+    async def _newest_snapshot(self, at_least: int) -> bytes | None:
+        found = [(o, k) for o, k in await self._snapshot_keys() if o >= at_least]
+        if not found:
+            return None
+        _, key = max(found)
+        return bytes(await asyncio.to_thread(self.store.get_object_range, key, 0, 1 << 40))
 
     async def refresh_log_infos(self) -> None:
         """Every diskless partition's log start, high watermark and WAL bytes, as this replica knows them

@@ -23,6 +23,7 @@ class ListLog:
     def __init__(self) -> None:
         self.records: list[tuple[bytes | None, bytes | None]] = []
         self.hw = 0
+        self.start = 0
         self.auto_commit = True
 
     async def append(self, key: bytes, value: bytes) -> int:
@@ -41,8 +42,11 @@ class ListLog:
     def high_watermark(self) -> int:
         return self.hw
 
+    def log_start_offset(self) -> int:
+        return self.start
+
     def read(self, start: int, end: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        for offset in range(start, min(end, len(self.records))):
+        for offset in range(max(start, self.start), min(end, len(self.records))):
             yield offset, *self.records[offset]
 
 
@@ -134,4 +138,36 @@ def test_a_record_this_broker_cannot_read_stops_the_replica_instead_of_diverging
             await leader.execute("noop")
         assert e.value.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE and "offset 0" in str(e.value)
         await leader.close()
+    run(scenario())
+
+
+def test_a_replica_whose_commands_were_truncated_away_restores_the_snapshot_and_replays_the_rest(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        log = ListLog()
+        snapshots: dict[int, bytes] = {}
+
+        async def newest(at_least: int) -> bytes | None:
+            found = [o for o in snapshots if o >= at_least]
+            return snapshots[max(found)] if found else None
+        leader = JournaledControlPlane(log, str(tmp_path / "l.db"), lambda: NOW, newest)
+        await leader.start()
+        await leader.execute("create_partitions", CREATE)
+        for i in range(5):
+            await leader.execute("commit_file", wal(batch(0, 2), key=f"k{i}"))
+        offset, image = await leader.snapshot()
+        assert offset == 5
+        snapshots[offset] = image
+        log.start = offset + 1  # the log is truncated below the snapshot
+        await leader.execute("commit_file", wal(batch(0, 2), key="after"))
+        fresh = JournaledControlPlane(log, str(tmp_path / "fresh.db"), lambda: NOW, newest)
+        await fresh.start()
+        assert await fresh.catch_up() == 6
+        assert await fresh.query(lambda s: s.state_digest()) == await leader.query(lambda s: s.state_digest())
+        lost = JournaledControlPlane(log, str(tmp_path / "lost.db"), lambda: NOW)  # no snapshot to restore
+        await lost.start()
+        with pytest.raises(CoordinatorUnavailableError, match="no snapshot"):
+            await lost.catch_up()
+        for cp in (leader, fresh, lost):
+            await cp.close()
     run(scenario())

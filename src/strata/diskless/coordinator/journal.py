@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
@@ -63,6 +63,14 @@ class CommandLog(Protocol):
         """(offset, key, value) of the records in ``[start, end)``."""
         ...
 
+    def log_start_offset(self) -> int:
+        """The first offset still in the log (the log is truncated below the latest snapshot)."""
+        ...
+
+
+SnapshotSource = Callable[[int], Awaitable[bytes | None]]
+"""The newest snapshot in the store whose applied offset is at least the given one (None: there is none)."""
+
 
 class CoordinatorUnavailableError(KafkaError):
     """The coordinator's state could not take a command (a replica that failed to apply one stops)."""
@@ -71,8 +79,10 @@ class CoordinatorUnavailableError(KafkaError):
 
 
 class JournaledControlPlane:
-    def __init__(self, commands: CommandLog, db_path: str, now_ms: Callable[[], int]) -> None:
+    def __init__(self, commands: CommandLog, db_path: str, now_ms: Callable[[], int],
+                 snapshots: SnapshotSource | None = None) -> None:
         self._log = commands
+        self._snapshots = snapshots
         self._db_path = db_path
         self._now_ms = now_ms
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-coordinator")
@@ -154,6 +164,8 @@ class JournaledControlPlane:
         """Apply every committed record not applied yet; returns the applied offset."""
         async with self._apply_lock:
             end = self._log.high_watermark()
+            if self._applied + 1 < end and self._applied + 1 < self._log.log_start_offset():
+                await self._restore(self._log.log_start_offset() - 1)
             while self._applied + 1 < end and self._failed is None:
                 records = []
                 for offset, key, value in self._log.read(self._applied + 1, end):
@@ -171,6 +183,31 @@ class JournaledControlPlane:
                 while len(self._recent) > RECENT_OUTCOMES:
                     self._recent.popitem(last=False)
             return self._applied
+
+    async def _restore(self, needed: int) -> None:
+        """The log no longer holds the next command this replica needs (it was truncated below a snapshot:
+        a new or wiped replica, or one down for long): start again from the newest snapshot."""
+        data = await self._snapshots(needed) if self._snapshots is not None else None
+        if data is None:
+            self._failed = (f"diskless coordinator: the commands after offset {self._applied} are gone from the log "
+                            f"and no snapshot at offset {needed} or later is in the store")
+            log.error("%s", self._failed)
+            raise CoordinatorUnavailableError(self._failed)
+
+        def restore() -> int:
+            assert self._state is not None
+            self._state.restore(data)
+            return self._state.applied_offset()
+        before, self._applied = self._applied, await self._in_thread(restore)
+        log.warning("diskless coordinator state restored from a snapshot at offset %d (had applied %d)",
+                    self._applied, before)
+
+    async def snapshot(self) -> tuple[int, bytes]:
+        """(applied offset, image) of this replica's state, taken in one step."""
+        def take() -> tuple[int, bytes]:
+            assert self._state is not None
+            return self._state.applied_offset(), self._state.snapshot()
+        return await self._in_thread(take)
 
     def _apply_all(self, records: list[tuple[int, bytes | None, bytes | None]]) -> list[tuple[int, Any]]:
         """In the thread: apply records in order; a command failing as a whole (a KafkaError, the same on
