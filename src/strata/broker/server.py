@@ -586,10 +586,25 @@ class Broker:
         async def create(name: str, partitions: int, replicas: int, configs: dict[str, str]) -> Any:
             return await admin.create_topic(name, partitions, replicas, configs)
 
-        self.diskless = DisklessService(self.config, self.replicas, self.topics, rlm.rsm, self.clock,
+        diskless = DisklessService(self.config, self.replicas, self.topics, rlm.rsm, self.clock,
                                         self.cluster is not None, create, admin.max_replication_factor, forward,
                                         lambda offset: self.delete_records(METADATA_PARTITION, offset))
-        await self.diskless.start()
+        self.diskless = diskless
+        await diskless.start()
+        txns = self.transactions
+        if txns is not None:
+            topics = self.topics
+
+            async def markers(tps: list[TopicPartition], pid: int, epoch: int, commit: bool,
+                              coordinator_epoch: int) -> list[int]:
+                named = [(info.topic_id, tp.topic, tp.partition) for tp in tps
+                         if (info := topics.get(tp.topic)) is not None]
+                if len(named) != len(tps):
+                    return [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * len(tps)
+                return await diskless.write_markers(named, pid, epoch, commit, coordinator_epoch)
+
+            txns.diskless_markers = markers
+            txns.is_diskless = diskless.is_diskless
 
     def _producer_id_expiration_ms(self) -> int:
         """``producer.id.expiration.ms`` as it is now: a dynamic broker config over the static one."""

@@ -55,6 +55,8 @@ APPEND_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for coordinator writes and
 MARKER_REQUEST_TIMEOUT_S = 35.0
 
 TxnCompletion = Callable[[int, int, bool], None]  # (__consumer_offsets partition, producer id, commit)
+# (partitions, producer id, producer epoch, commit, coordinator epoch) -> one error code per partition
+DisklessMarkers = Callable[[list[TopicPartition], int, int, bool, int], Awaitable[list[int]]]
 
 
 class TransactionService:
@@ -75,6 +77,9 @@ class TransactionService:
         self.clustered = clustered
         self._create_local_topic = create_local_topic
         self.on_offsets_marker: TxnCompletion | None = None  # the group coordinator's completion hook
+        # diskless partitions: their markers go through the diskless service (set by the broker)
+        self.diskless_markers: DisklessMarkers | None = None
+        self.is_diskless: Callable[[str], bool] = lambda _topic: False
         info = topics.get(TRANSACTION_STATE_TOPIC)
         partitions = info.partitions if info is not None else config.transactions.num_partitions
         self.coordinator = TransactionCoordinator(self, self, next_producer_id, now_ms, config.transactions,
@@ -350,9 +355,13 @@ class TransactionService:
                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         by_leader: dict[int, list[TopicPartition]] = {}
         out: dict[TopicPartition, int] = {}
+        diskless: list[TopicPartition] = []
         for tp in partitions:
             if not self.partition_exists(tp):
                 out[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if self.diskless_markers is not None and self.is_diskless(tp.topic):
+                diskless.append(tp)  # leaderless: committed through this broker's WAL
                 continue
             leader = self.view.partition(tp.topic, tp.partition).leader if self.clustered else self.config.node_id
             if leader < 0:
@@ -369,7 +378,13 @@ class TransactionService:
                 out.update(await self._send_markers(leader, producer_id, producer_epoch, commit, coordinator_epoch,
                                                     tps))
 
-        await asyncio.gather(*(to_leader(leader, tps) for leader, tps in by_leader.items()))
+        async def to_diskless() -> None:
+            assert self.diskless_markers is not None
+            codes = await self.diskless_markers(diskless, producer_id, producer_epoch, commit, coordinator_epoch)
+            out.update(zip(diskless, codes, strict=True))
+
+        await asyncio.gather(*(to_leader(leader, tps) for leader, tps in by_leader.items()),
+                             *([to_diskless()] if diskless else []))
         return out
 
     async def write_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool,

@@ -14,7 +14,6 @@ import uuid
 from strata.common import TopicPartition
 from strata.config.log_config import LogConfig
 from strata.diskless.writer import WriteEntry
-from strata.errors import ApiError, ErrorCode
 from strata.log.producer_state import AppendOrigin
 from strata.log.validator import analyze_and_validate, recompress_to_target
 from strata.protocol.records.batch import TimestampType, parse_header, set_log_append_time
@@ -24,9 +23,6 @@ def diskless_entry(topic_id: uuid.UUID, tp: TopicPartition, records: bytes | byt
                    config: LogConfig, now_ms: int) -> WriteEntry:
     """The writer's entry for one partition; raises the KafkaError a leader would answer with."""
     batches = analyze_and_validate(records, config, AppendOrigin.CLIENT, now_ms, tp)
-    if any(header.is_transactional for _, header in batches):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"transactional produce to the diskless partition {tp} is not "
-                                                  "supported yet")
     records, batches = recompress_to_target(records, batches, config, now_ms, tp)
     if config.log_append_time and any(h.timestamp_type is not TimestampType.LOG_APPEND_TIME for _, h in batches):
         # marked now so the commit records the type; the reader stamps the commit time over this one

@@ -45,6 +45,7 @@ from strata.diskless.reader import ObjectCache, PartitionRead, Reader
 from strata.diskless.writer import WriteEntry, Writer, WriterConfig, WriteResult
 from strata.diskless.writer.object_key import parse_object_key
 from strata.errors import ApiError, ErrorCode, KafkaError
+from strata.protocol.records import ControlRecordType, build_control_batch
 from strata.replication.replica_manager import ReplicaManager
 from strata.tiered.api import ObjectStore, RemoteStorageError
 
@@ -235,6 +236,24 @@ class DisklessService:
             return await self.writer.write(entries)
         finally:
             self.stats.produce_latency_ms.append(int((time.monotonic() - started) * 1000))
+
+    async def write_markers(self, partitions: Sequence[tuple[uuid.UUID, str, int]], producer_id: int,
+                            producer_epoch: int, commit: bool, coordinator_epoch: int) -> list[int]:
+        """COMMIT/ABORT markers on diskless partitions: control batches committed like any batch, through this
+        broker's WAL (no leader to send them to). The coordinator closes the producer's open transaction on
+        each partition, moving its last stable offset, and lists an aborted one for read_committed fetches.
+        One error code per partition."""
+        if not self._started:
+            return [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(partitions)
+        marker = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        batch = build_control_batch(marker, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    coordinator_epoch=coordinator_epoch)
+        entries = [WriteEntry.parse(topic_id, name, p, batch) for topic_id, name, p in partitions]
+        try:
+            results = await self.writer.write(entries)
+        except KafkaError as e:
+            return [e.error_code] * len(partitions)
+        return [int(r.error) for r in results]
 
     async def _commit(self, request: CommitFileRequest) -> list[CommitBatchResponse]:
         responses: list[CommitBatchResponse] = await self.coordinator.execute("commit_file", request)

@@ -172,6 +172,12 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                                               batch_error=True))
                 continue
             tp = TopicPartition(info.name, index)
+            txn = broker.transactions.transactional_producer(records) if broker.transactions is not None else None
+            if txn is not None:
+                code, message = await broker.transactions.verify_for_append(tp, request.transactional_id, *txn)
+                if code:
+                    parts.append(_partition_error(index, code, message))
+                    continue
             if diskless is not None and diskless.is_diskless(info.name):
                 part = _partition_error(index, ErrorCode.NONE, None)
                 parts.append(part)
@@ -185,12 +191,6 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                     continue
                 diskless_parts.append((entry, part))
                 continue
-            txn = broker.transactions.transactional_producer(records) if broker.transactions is not None else None
-            if txn is not None:
-                code, message = await broker.transactions.verify_for_append(tp, request.transactional_id, *txn)
-                if code:
-                    parts.append(_partition_error(index, code, message))
-                    continue
             try:
                 result = broker.replicas.append(tp, records, required_acks=acks)
             except KafkaError as e:

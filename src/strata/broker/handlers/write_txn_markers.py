@@ -40,6 +40,9 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                     code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                 elif not txns.partition_exists(tp):
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif txns.diskless_markers is not None and txns.is_diskless(tp.topic):
+                    (code,) = await txns.diskless_markers([tp], m.producer_id, m.producer_epoch,
+                                                          bool(m.transaction_result), m.coordinator_epoch)
                 else:
                     part = ctx.broker.replicas.partitions.get(tp)
                     if part is None or not part.is_leader:
