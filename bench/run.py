@@ -2,7 +2,7 @@
 throughput with confluent-kafka against raw asyncio sockets.
 
     .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
-                                                  security]
+                                                  security|diskless]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -26,6 +26,7 @@ import cleaner_bench
 import cluster_bench
 import columnar_bench
 import delete_topics_bench
+import diskless_bench
 import log_bench
 import rejoin_bench
 import report as bench_report
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
-                                           "rejoin", "txn", "cleaner", "security"],
+                                           "rejoin", "txn", "cleaner", "security", "diskless"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         cleaner_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "security"):  # produce/consume MB/s over SSL and SASL_SSL against PLAINTEXT
         security_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "diskless"):  # diskless topics: produce latency, PUTs/GiB, consume vs classic, $/GiB
+        diskless_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0
