@@ -11,8 +11,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.broker.kafka_wire import WireClient, produce
 from tests.cluster.test_cluster_metrics import scrape
 from tests.diskless.harness import create_diskless, diskless_broker, wal_objects
+
+from strata.protocol.records import BatchBuilder
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 30) -> list:
@@ -216,5 +219,27 @@ def test_the_coordinator_snapshots_truncates_its_log_and_a_wiped_state_is_rebuil
         assert [m.offset() for m in msgs] == list(range(120))
         assert "restored from a snapshot" in b.tail(20000)
         assert len(list(snapshots.glob("*.sqlite"))) <= 3
+    finally:
+        b.stop()
+
+
+def test_a_broker_that_cannot_serve_diskless_says_so_instead_of_using_its_empty_local_log(tmp_path: Path) -> None:
+    b = diskless_broker(tmp_path).start()
+    try:
+        create_diskless(b.bootstrap, "dl")
+        b.stop()
+        b.props["remote.log.storage.system.enable"] = "false"
+        b.start()
+        with WireClient(b.bootstrap) as w:
+            builder = BatchBuilder()
+            builder.append(b"v", key=None)
+            answer = produce(w, "dl", 0, builder.build())
+            assert int(answer.error_code) == 56, answer  # KAFKA_STORAGE_ERROR, retriable
+            fetched = w.call(1, 12, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                             session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                             topics=[{"topic": "dl", "partitions": [{
+                                 "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}])
+            assert int(fetched.responses[0].partitions[0].error_code) == 56
     finally:
         b.stop()

@@ -83,6 +83,10 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                            "preferred_read_replica": -1, "records": b""}
     diskless = ctx.broker.diskless
+    if replica_id < 0 and diskless is None and ctx.broker.topics.config(name).diskless_enable:
+        state.errors = True  # its empty local log is not the topic: say so rather than serve nothing
+        out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+        return out
     if replica_id < 0 and diskless is not None and diskless.is_diskless(name):
         # leaderless: any broker serves it, from the coordinator's coordinates and the object store
         info = ctx.broker.topics.get(name)

@@ -40,6 +40,8 @@ from strata.security.acl import AclOperation, ResourceType
 log = logging.getLogger(__name__)
 
 PRODUCE = 0
+NO_DISKLESS = ("this broker cannot serve diskless topics (its remote storage is off or stores no plain objects): "
+               "see its start-up log")
 
 
 def _partition_error(index: int, code: int, message: str | None, batch_error: bool = False,
@@ -178,6 +180,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 if code:
                     parts.append(_partition_error(index, code, message))
                     continue
+            if diskless is None and info.configs and broker.topics.config(info.name).diskless_enable:
+                parts.append(_partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, NO_DISKLESS))
+                continue
             if diskless is not None and diskless.is_diskless(info.name):
                 part = _partition_error(index, ErrorCode.NONE, None)
                 parts.append(part)
