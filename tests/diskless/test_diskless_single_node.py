@@ -238,8 +238,9 @@ def test_a_broker_that_cannot_serve_diskless_says_so_instead_of_using_its_empty_
             fetched = w.call(1, 12, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
                              session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
                              topics=[{"topic": "dl", "partitions": [{
-                                 "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
-                                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}])
+                                 "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                 "last_fetched_epoch": -1, "log_start_offset": -1,
+                                 "partition_max_bytes": 1 << 20}]}])
             assert int(fetched.responses[0].partitions[0].error_code) == 56
     finally:
         b.stop()
