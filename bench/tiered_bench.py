@@ -700,14 +700,16 @@ def bench_consumer(bootstrap: str, group_prefix: str, partition_fetch_bytes: int
                      "receive.message.max.bytes": FETCH_MAX_BYTES + 16 * MiB})
 
 
-def consume_all(bootstrap: str, topic: str, records: int, partition_fetch_bytes: int = PARTITION_FETCH_BYTES) -> float:
+def consume_all(bootstrap: str, topic: str, records: int, partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
+                partitions: int = 1, group: str = "tiered-bench") -> float:
+    """Seconds to read ``records`` records of ``topic`` from offset 0 of each of its first ``partitions``."""
     from confluent_kafka import TopicPartition
 
-    c = bench_consumer(bootstrap, "tiered-bench", partition_fetch_bytes)
+    c = bench_consumer(bootstrap, group, partition_fetch_bytes)
     try:
         c.list_topics(topic, timeout=10)
         started = time.perf_counter()
-        c.assign([TopicPartition(topic, 0, 0)])
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got = 0
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while got < records:

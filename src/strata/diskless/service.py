@@ -101,7 +101,7 @@ class DisklessService:
                                 upload_backoff_ms=self.dc.upload_backoff_ms,
                                 max_uploads_in_flight=self.dc.max_uploads_in_flight,
                                 object_key_prefix=self.wal_prefix),
-            clock=clock)
+            clock=clock, on_uploaded=self.cache.prefill)
         self._committed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False

@@ -81,6 +81,7 @@ class Writer:
         clock: Clock | None = None,
         timer: Timer | None = None,
         executor: concurrent.futures.Executor | None = None,
+        on_uploaded: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config or WriterConfig()
@@ -91,6 +92,7 @@ class Writer:
         self._clock: Clock = clock or SystemClock()
         self._timer: Timer = timer or LoopTimer()
         self._executor = executor
+        self._on_uploaded = on_uploaded  # the broker's fetch cache takes the object it is about to serve
         self._next_file_id = 1
         self._active = ActiveFile(0)
         self._timer_handle: TimerHandle | None = None
@@ -269,6 +271,8 @@ class Writer:
                     self.stats.objects_uploaded += 1
                     self.stats.bytes_uploaded += obj.size
                     self.stats.upload_latency_ms.append(self._clock.monotonic_ms() - started)
+                    if self._on_uploaded is not None:
+                        self._on_uploaded(obj.object_key, obj.data)
                     obj.data = b""  # the store has it; do not hold it while waiting for the commit lane
                     return True
         self.stats.upload_failures += 1
