@@ -150,7 +150,11 @@ class KafkaPythonMember(Member):
                           client_id="kafka-python-member", enable_auto_commit=False, auto_offset_reset="earliest",
                           partition_assignment_strategy=[RoundRobinPartitionAssignor],
                           session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
-                          max_poll_interval_ms=MAX_POLL_MS)
+                          max_poll_interval_ms=MAX_POLL_MS,
+                          # kafka-python may join before its first Metadata answer arrives; as leader it then
+                          # assigns nothing ("No partition metadata") and rejoins only when its metadata changes,
+                          # which its 5 min default refresh can leave past the test's wait
+                          metadata_max_age_ms=1000)
         try:
             while not self._stop.is_set():
                 batches = c.poll(timeout_ms=200)

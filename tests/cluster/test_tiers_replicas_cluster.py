@@ -74,7 +74,7 @@ def test_tiers_shows_each_replica_over_the_kafka_port(zk_connect: str, tmp_path:
                                                                                              (2, False, False)]
         assert doc["topics"] == [{"topic": TOPIC, "configs": {
             "remote.storage.enable": "false", "local.retention.bytes": "-2", "local.retention.ms": "-2",
-            "retention.bytes": "-1", "retention.ms": "604800000"}}]
+            "retention.bytes": "-1", "retention.ms": "604800000", "diskless.enable": "false"}}]
         for p in doc["partitions"]:
             m = meta.partitions[p["partition"]]
             assert (p["leader"], p["replicas"], sorted(p["isr"])) == (m.leader, list(m.replicas), [1, 2])

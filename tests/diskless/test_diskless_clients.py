@@ -18,7 +18,7 @@ from tests.broker.test_clients import CONSUMERS, PARTITIONS, PRODUCERS, make_rec
 from tests.diskless.harness import create_diskless, diskless_broker, wal_objects
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
-N = 3000
+N = 2000
 
 
 @pytest.fixture(scope="module")

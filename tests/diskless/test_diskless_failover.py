@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from tests.broker.harness import BrokerProcess
@@ -93,6 +94,7 @@ def test_the_coordinator_leader_killed_during_commits(zk_connect: str, tmp_path:
         assert len(digests) == 1, "the replicas of the coordinator state differ"
 
 
+@pytest.mark.slow  # 30 s of outage by design: `make soak`
 def test_the_store_unreachable_for_30_s(tmp_path: Path, seaweedfs: SeaweedFS) -> None:
     prefix = f"dl-{uuid.uuid4().hex[:8]}/"
     rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
