@@ -1,11 +1,15 @@
 """Diskless topics in a 3-broker ZooKeeper cluster on S3 (SeaweedFS): leaderless produce, no replication.
 
+Each replica consolidates the partition's batches from the coordinator and the bucket; no broker copies
+diskless data from another.
+
 Every broker takes produce for every diskless partition, commits through ``__diskless_metadata``'s leader
 (other brokers forward their commands), and every broker's replica of the coordinator state ends the same.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +21,7 @@ from tests.cluster.harness import Cluster, running_cluster
 from tests.cluster.test_cluster_metrics import scrape
 from tests.diskless.test_diskless_single_node import consume_all
 from tests.support.seaweedfs import SeaweedFS
+from tests.tiered.harness import wait_until
 
 from strata.diskless.coordinator import SqliteControlPlane
 from strata.protocol.records import BatchBuilder
@@ -58,10 +63,13 @@ def test_every_broker_takes_produce_and_nothing_is_replicated(zk_connect: str, t
             assert [m.value() for m in got[3:]] == [b"v%d" % i + PAD for i in range(partition, 1500, 3)]
         wal = [k for k in seaweedfs.list_keys(prefix) if k.startswith(f"{prefix}diskless/wal/")]
         assert wal, "WAL objects are in the bucket"
-        for b in cluster.brokers.values():  # no broker holds a copy of diskless data
-            for partition in range(3):
-                logs = list((b.data_dir / "logs" / f"dl-{partition}").glob("*.log"))
-                assert all(f.stat().st_size == 0 for f in logs), (b.data_dir, logs)
+        # every replica consolidated the same batches from the coordinator (no broker copied them from
+        # another): byte-identical local logs on the three brokers
+        for partition in range(3):
+            wait_until(f"dl-{partition} consolidated identically on every broker",
+                       lambda partition=partition: len({_log_bytes(b.data_dir / "logs" / f"dl-{partition}")
+                                                        for b in cluster.brokers.values()}) == 1
+                       and _log_bytes(cluster.brokers[1].data_dir / "logs" / f"dl-{partition}"), 30)
         # the same workload on a classic RF=3 topic: its followers copy it twice; the diskless one was copied by
         # no broker (what replicated is __diskless_metadata's commands, a few bytes a batch)
         cluster.admin().create_topics([NewTopic("classic", 3, 3)])["classic"].result(60)
@@ -90,6 +98,10 @@ def test_every_broker_takes_produce_and_nothing_is_replicated(zk_connect: str, t
         assert len(digests) == 1
 
 
+def _log_bytes(directory: Path) -> bytes:
+    return b"".join(f.read_bytes() for f in sorted(directory.glob("*.log")))
+
+
 def replicated_bytes(cluster: Cluster) -> float:
     """Record bytes every broker's replica fetchers appended (Kafka's FetcherStats BytesPerSec)."""
     return sum(v for b in cluster.brokers.values() for k, v in scrape(b).items() if k.startswith(FETCHER_BYTES))
@@ -103,3 +115,53 @@ def _digest(path: Path) -> str:
         return state.state_digest()
     finally:
         state.close()
+
+
+def test_consolidation_tiers_prunes_the_bucket_and_survives_a_wiped_leader(zk_connect: str, tmp_path: Path,
+                                                                           seaweedfs: SeaweedFS) -> None:
+    """KIP-1165's consolidation in the cluster: each replica replays the WAL into its local log, the leader tiers
+    it and prunes the WAL, the WAL objects leave the bucket (listed); the leader's whole disk wiped, every
+    record is still read from offset 0, and the wiped broker's replica restarts at the WAL's start."""
+    prefix = f"dlc-{uuid.uuid4().hex[:8]}/"
+    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
+    props = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
+             "rsm.config.key.prefix": prefix, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0",
+             "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+             "diskless.produce.commit.interval.ms": "50", "diskless.consolidation.interval.ms": "100",
+             "diskless.consolidation.prune.interval.ms": "300", "diskless.file.cleaner.interval.ms": "300",
+             "diskless.file.cleaner.retention.period.ms": "0", **rsm}
+    records = 2000
+    with running_cluster(zk_connect, tmp_path, 3, props) as cluster:
+        cluster.admin().create_topics([NewTopic("dl", 1, 3, config={
+            "diskless.enable": "true", "segment.bytes": "65536", "local.retention.ms": "1000"})])["dl"].result(60)
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        for i in range(records):
+            p.produce("dl", value=b"v%05d" % i + PAD, partition=0)
+            if i % 100 == 99:
+                assert p.flush(60) == 0
+        uploaded = sum(scrape(b)["strata_diskless_Writer_WalObjectsUploadedPerSec_total"]
+                       for b in cluster.brokers.values())
+        assert uploaded >= records // 100
+
+        def wal_keys() -> list[str]:
+            return [k for k in seaweedfs.list_keys(prefix) if k.startswith(f"{prefix}diskless/wal/")]
+        wait_until("the WAL pruned after tiering and its objects deleted from the bucket",
+                   lambda: len(wal_keys()) <= 4, 90)
+        remote = [k for k in seaweedfs.list_keys(prefix)
+                  if not k.startswith(f"{prefix}diskless/") and k.endswith(".log")]
+        assert remote, "consolidated segments tiered into the bucket"
+
+        leader = cluster.metadata("dl").partitions[0].leader
+        cluster.brokers[leader].kill()
+        shutil.rmtree(cluster.brokers[leader].data_dir / "logs")
+        msgs = consume_all(cluster.bootstrap, "dl", 1, records, timeout_s=90)
+        assert [m.offset() for m in msgs] == list(range(records))
+        assert [m.value() for m in msgs] == [b"v%05d" % i + PAD for i in range(records)]
+        cluster.brokers[leader].start()
+        wiped = cluster.brokers[leader].data_dir / "logs" / "dl-0"
+        wait_until("the wiped replica consolidated back to the end, starting at the WAL's start",
+                   lambda: wiped.exists() and any(f.stat().st_size for f in wiped.glob("*.log"))
+                   and not (wiped / "00000000000000000000.log").exists(), 60)
+        msgs = consume_all(cluster.bootstrap, "dl", 1, records, timeout_s=60)
+        assert len(msgs) == records

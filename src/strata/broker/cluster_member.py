@@ -175,7 +175,10 @@ class ClusterMember:
             for fn in self.hooks.leading:
                 fn(tp, part.topic_id)
         elif transition == Transition.BECAME_FOLLOWER:
-            self.fetchers.follow(tp, part.leader, part.leader_epoch)
+            if part.log.config.diskless_enable:  # its replicas consolidate from the coordinator (diskless.md)
+                self.fetchers.unfollow(tp)
+            else:
+                self.fetchers.follow(tp, part.leader, part.leader_epoch)
             for fn in self.hooks.not_leading:
                 fn(tp, part.topic_id, False)
         elif transition == Transition.STOPPED:

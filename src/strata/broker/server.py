@@ -314,38 +314,45 @@ class Broker:
             self.logs.checkpoint()
 
     def tier_states(self) -> list[dict[str, Any]]:
-        """Per partition: offsets and bytes of both tiers (``/v1/tiers``, ``strata tiers``)."""
-        rlm = self.remote_log_manager
+        """Per partition: offsets and bytes of both tiers (``/v1/tiers``, ``strata tiers``); a diskless
+        partition's row adds the coordinator's view (its WAL) to this broker's consolidated replica."""
         diskless = self.diskless
         out = []
         for info in sorted(self.topics, key=lambda i: i.name):
-            if diskless is not None and diskless.is_diskless(info.name):
-                out.extend(diskless_tier_rows(info, diskless.log_infos))
-                continue
-            for p in range(info.partitions):
-                tp = TopicPartition(info.name, p)
-                plog = self.logs.get_log(tp)
-                if plog is None:
-                    continue
-                segments = plog.segments
-                remote_segments = remote_bytes = 0
-                st = rlm.tiered(tp) if rlm is not None else None
-                if rlm is not None and (plog.remote_log_enabled or plog.log_start_offset < plog.local_log_start_offset):
-                    remote_segments, remote_bytes = rlm.remote_summary(
-                        TopicIdPartition(info.topic_id, info.name, p))
-                lag_bytes, lag_segments = copy_lag(plog) if plog.remote_log_enabled else (0, 0)
-                out.append({
-                    "topic": info.name, "partition": p, "topic_id": str(info.topic_id),
-                    "remote_storage_enable": plog.remote_log_enabled,
-                    "log_start_offset": plog.log_start_offset, "local_log_start_offset": plog.local_log_start_offset,
-                    "highest_offset_in_remote_storage": plog.highest_offset_in_remote_storage,
-                    "log_end_offset": plog.log_end_offset, "high_watermark": plog.high_watermark,
-                    "local_segments": len(segments), "local_bytes": sum(s.size for s in segments),
-                    "remote_segments": remote_segments, "remote_bytes": remote_bytes,
-                    "copy_lag_segments": lag_segments, "copy_lag_bytes": lag_bytes,
-                    "last_copy_error": st.last_copy_error if st is not None else None,
-                })
+            is_diskless = diskless is not None and diskless.is_diskless(info.name)
+            rows = {p: row for p in range(info.partitions)
+                    if (row := self._tier_row(info, p)) is not None or is_diskless}
+            if is_diskless:
+                assert diskless is not None
+                for row in diskless_tier_rows(info, diskless.log_infos, rows):
+                    out.append(row)
+            else:
+                out.extend(row for row in rows.values() if row is not None)
         return out
+
+    def _tier_row(self, info: Any, p: int) -> dict[str, Any] | None:
+        rlm = self.remote_log_manager
+        tp = TopicPartition(info.name, p)
+        plog = self.logs.get_log(tp)
+        if plog is None:
+            return None
+        segments = plog.segments
+        remote_segments = remote_bytes = 0
+        st = rlm.tiered(tp) if rlm is not None else None
+        if rlm is not None and (plog.remote_log_enabled or plog.log_start_offset < plog.local_log_start_offset):
+            remote_segments, remote_bytes = rlm.remote_summary(TopicIdPartition(info.topic_id, info.name, p))
+        lag_bytes, lag_segments = copy_lag(plog) if plog.remote_log_enabled else (0, 0)
+        return {
+            "topic": info.name, "partition": p, "topic_id": str(info.topic_id),
+            "remote_storage_enable": plog.remote_log_enabled,
+            "log_start_offset": plog.log_start_offset, "local_log_start_offset": plog.local_log_start_offset,
+            "highest_offset_in_remote_storage": plog.highest_offset_in_remote_storage,
+            "log_end_offset": plog.log_end_offset, "high_watermark": plog.high_watermark,
+            "local_segments": len(segments), "local_bytes": sum(s.size for s in segments),
+            "remote_segments": remote_segments, "remote_bytes": remote_bytes,
+            "copy_lag_segments": lag_segments, "copy_lag_bytes": lag_bytes,
+            "last_copy_error": st.last_copy_error if st is not None else None,
+        }
 
     # -- lifecycle ----------------------------------------------------------------------------
 

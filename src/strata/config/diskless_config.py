@@ -47,6 +47,14 @@ DISKLESS_KEYS = [
     ConfigKey("diskless.orphan.grace.ms", "int", 3_600_000, at_least(1),
               "A WAL object never committed (its broker died between upload and commit) is deleted this long "
               "after its upload"),
+    ConfigKey("diskless.consolidation.interval.ms", "int", 1000, at_least(10),
+              "How often each replica of a diskless partition replays newly committed batches into its local log "
+              "(it also runs after each commit it sees), from where KIP-405 tiers them"),
+    ConfigKey("diskless.consolidation.fetch.max.bytes", "int", 8 * MiB, at_least(1024),
+              "Bytes of one partition a consolidation round reads at most"),
+    ConfigKey("diskless.consolidation.prune.interval.ms", "int", 30_000, at_least(10),
+              "How often a diskless partition's leader prunes WAL batches its remote tier already holds "
+              "(a WAL object is deleted once every batch in it is pruned or expired)"),
     ConfigKey("diskless.metadata.topic.replication.factor", "int", 3, at_least(1),
               "Replication factor of __diskless_metadata in cluster mode (a single node uses 1)"),
     ConfigKey("diskless.metadata.topic.min.isr", "int", 2, at_least(1),
@@ -75,6 +83,9 @@ class DisklessConfig:
     file_cleaner_interval_ms: int = 120_000
     file_cleaner_retention_ms: int = 60_000
     orphan_grace_ms: int = 3_600_000
+    consolidation_interval_ms: int = 1000
+    consolidation_fetch_max_bytes: int = 8 * MiB
+    consolidation_prune_interval_ms: int = 30_000
     metadata_replication_factor: int = 3
     metadata_min_isr: int = 2
     metadata_segment_bytes: int = 100 * MiB
@@ -96,6 +107,9 @@ class DisklessConfig:
             file_cleaner_interval_ms=p["diskless.file.cleaner.interval.ms"],
             file_cleaner_retention_ms=p["diskless.file.cleaner.retention.period.ms"],
             orphan_grace_ms=p["diskless.orphan.grace.ms"],
+            consolidation_interval_ms=p["diskless.consolidation.interval.ms"],
+            consolidation_fetch_max_bytes=p["diskless.consolidation.fetch.max.bytes"],
+            consolidation_prune_interval_ms=p["diskless.consolidation.prune.interval.ms"],
             metadata_replication_factor=p["diskless.metadata.topic.replication.factor"],
             metadata_min_isr=p["diskless.metadata.topic.min.isr"],
             metadata_segment_bytes=p["diskless.metadata.topic.segment.bytes"],

@@ -14,6 +14,7 @@ directories (they stay empty; consolidation into KIP-405 segments will fill them
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -23,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strata.common import TopicPartition
 from strata.common.clock import Clock
 from strata.config.broker_config import BrokerConfig
+from strata.diskless.consolidation import Consolidator, Hosted
 from strata.diskless.coordinator.api import (
+    AdvanceLogStartRequest,
     CommitBatchResponse,
     CommitFileRequest,
     CreatePartitionsRequest,
@@ -102,7 +106,11 @@ class DisklessService:
                                 max_uploads_in_flight=self.dc.max_uploads_in_flight,
                                 object_key_prefix=self.wal_prefix),
             clock=clock, on_uploaded=self.cache.prefill)
+        self.consolidator = Consolidator(self._hosted, self.coordinator.query, self.coordinator.execute,
+                                         self.reader.read, replicas.notify, clock.milliseconds,
+                                         self.dc.consolidation_fetch_max_bytes, self.dc.consolidation_prune_interval_ms)
         self._committed = asyncio.Event()
+        self._opening = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self.stats = DisklessStats()
@@ -149,6 +157,11 @@ class DisklessService:
                 await asyncio.sleep(1.0)
 
     async def _open(self) -> None:
+        """Once, whoever calls first (start, the replay loop, the first diskless topic) while others wait."""
+        async with self._opening:
+            await self._open_once()
+
+    async def _open_once(self) -> None:
         if self._started:
             return
         if not self.clustered:
@@ -164,6 +177,8 @@ class DisklessService:
                                                                "snapshot"), name="diskless-snapshot"))
         self._tasks.append(loop.create_task(self._periodically(LOG_INFO_REFRESH_MS, self.refresh_log_infos,
                                                                "partition view"), name="diskless-log-infos"))
+        self._tasks.append(loop.create_task(self.consolidator.run(self.dc.consolidation_interval_ms,
+                                                                  self.wait_for_commit), name="diskless-consolidation"))
         self._tasks.append(loop.create_task(self._periodically(self.config.log_retention_check_interval_ms,
                                                                self.enforce_retention, "retention"),
                                             name="diskless-retention"))
@@ -218,6 +233,19 @@ class DisklessService:
         info = self.topics.get(topic)
         return info is not None and bool(info.configs) and self.topics.config(topic).diskless_enable
 
+    def _hosted(self) -> list[Hosted]:
+        """This broker's replicas of diskless partitions (what the consolidator fills)."""
+        out = []
+        partitions = self.replicas.partitions
+        for info in self.topics:
+            if not self.is_diskless(info.name):
+                continue
+            for p in range(info.partitions):
+                part = partitions.get(TopicPartition(info.name, p))
+                if part is not None:
+                    out.append(Hosted(part.tp, info.topic_id, part.log, part.is_leader or not self.clustered))
+        return out
+
     async def on_topic_created(self, name: str, topic_id: uuid.UUID, partitions: int) -> None:
         await self.ensure_started()
         await self.coordinator.execute("create_partitions", [CreatePartitionsRequest(topic_id, name, partitions)])
@@ -228,14 +256,20 @@ class DisklessService:
 
     # -- produce --------------------------------------------------------------------------------
 
-    async def produce(self, entries: Sequence[WriteEntry]) -> list[WriteResult]:
+    def submit(self, entries: Sequence[WriteEntry]) -> asyncio.Future[list[WriteResult]]:
+        """Buffer one produce request's diskless partitions in the active WAL object now (synchronously, so a
+        connection's pipelined requests join the file in their order); the future answers them once the
+        object is committed. The produce latency is measured from here to the answer."""
         if not self._started:
             raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the diskless coordinator is not running")
         started = time.monotonic()
-        try:
-            return await self.writer.write(entries)
-        finally:
-            self.stats.produce_latency_ms.append(int((time.monotonic() - started) * 1000))
+        answer = self.writer.submit(entries)
+        answer.add_done_callback(
+            lambda _: self.stats.produce_latency_ms.append(int((time.monotonic() - started) * 1000)))
+        return answer
+
+    async def produce(self, entries: Sequence[WriteEntry]) -> list[WriteResult]:
+        return await asyncio.shield(self.submit(entries))
 
     async def write_markers(self, partitions: Sequence[tuple[uuid.UUID, str, int]], producer_id: int,
                             producer_epoch: int, commit: bool, coordinator_epoch: int) -> list[int]:
@@ -291,7 +325,34 @@ class DisklessService:
         return list(await self.coordinator.query(lambda s: s.list_offsets(requests, isolation_level=isolation)))
 
     async def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
-        return list(await self.coordinator.execute("delete_records", list(requests)))
+        """DeleteRecords across both tiers: the coordinator drops the WAL batches below the offset and raises
+        the cross-tier log start, which every replica's consolidation follows (its local and remote tiers
+        then delete below it as for any DeleteRecords). The low watermark answered is the cross-tier one."""
+        out = list(await self.coordinator.execute("delete_records", list(requests)))
+        advance = [AdvanceLogStartRequest(r.topic_id, r.partition,
+                                          req.offset if req.offset >= 0 else r.log_start_offset)
+                   for req, r in zip(requests, out, strict=True) if r.error == ErrorCode.NONE]
+        if advance:
+            moved = {(a.topic_id, a.partition): a for a in await self.coordinator.execute("advance_log_start", advance)}
+            for i, r in enumerate(out):
+                a = moved.get((r.topic_id, r.partition))
+                if a is not None and a.error == ErrorCode.NONE and a.remote_log_start_offset is not None:
+                    out[i] = dataclasses.replace(r, log_start_offset=a.remote_log_start_offset)
+                    self._follow_log_start(r.topic_id, r.partition, a.remote_log_start_offset)
+        self._notify_commit()  # the other replicas here and there follow at their next consolidation round
+        return out
+
+    def _follow_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> None:
+        """This broker's replica stops serving below a new log start at once (DeleteRecords' answer)."""
+        info = self.topics.by_id(topic_id)
+        plog = self.replicas.local_log(TopicPartition(info.name, partition)) if info is not None else None
+        if plog is not None:
+            plog.maybe_increment_log_start_offset(offset)
+
+    async def log_infos_now(self, partitions: Sequence[tuple[uuid.UUID, int]]) -> list[LogInfo]:
+        """The coordinator's current view of these partitions (one query)."""
+        parts = [TopicIdPartition(t, p) for t, p in partitions]
+        return list(await self.coordinator.query(lambda s: s.get_logs(parts)))
 
     async def log_info(self, topic_id: uuid.UUID, partition: int) -> LogInfo:
         (info,) = await self.coordinator.query(lambda s: s.get_logs([TopicIdPartition(topic_id, partition)]))
@@ -429,16 +490,25 @@ class DisklessService:
                 log.exception("diskless %s failed", name)
 
 
-def diskless_tier_rows(info: Any, log_infos: dict[tuple[uuid.UUID, int], LogInfo]) -> list[dict[str, Any]]:
-    """``/v1/tiers`` rows of a diskless topic: no local tier, its data in WAL objects (``wal_bytes``) until
-    consolidation moves it to the remote tier."""
+def diskless_tier_rows(info: Any, log_infos: dict[tuple[uuid.UUID, int], LogInfo],
+                       replicas: dict[int, dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """``/v1/tiers`` rows of a diskless topic: this broker's consolidated replica (its local and remote tiers,
+    when it holds one) with the coordinator's view on top: the partition's offsets, and the WAL (from
+    ``wal_start_offset``, ``wal_bytes``) that consolidation has not yet moved into the remote tier."""
     rows = []
     for p in range(info.partitions):
         found = log_infos.get((info.topic_id, p))
-        row: dict[str, Any] = {"topic": info.name, "partition": p, "topic_id": str(info.topic_id), "diskless": True,
-                               "remote_storage_enable": False, "local_segments": 0, "local_bytes": 0}
+        local = replicas.get(p)
+        row: dict[str, Any] = dict(local) if local is not None else {
+            "topic": info.name, "partition": p, "topic_id": str(info.topic_id), "remote_storage_enable": True,
+            "local_segments": 0, "local_bytes": 0}
+        row["diskless"] = True
+        if local is not None:
+            row["consolidated_offset"] = local["log_end_offset"]
         if found is not None:
-            row.update(log_start_offset=found.log_start_offset, high_watermark=found.high_watermark,
+            cross = found.remote_log_start_offset
+            row.update(log_start_offset=found.log_start_offset if cross is None else cross,
+                       wal_start_offset=found.log_start_offset, high_watermark=found.high_watermark,
                        log_end_offset=found.high_watermark, last_stable_offset=found.last_stable_offset,
                        wal_bytes=found.byte_size)
         rows.append(row)

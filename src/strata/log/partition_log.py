@@ -468,6 +468,16 @@ class PartitionLog:
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._high_watermark = LogOffsetMetadata(next_offset)
 
+    def restart_above_remote_tier(self, next_offset: int, log_start_offset: int, leader_epoch: int) -> None:
+        """A diskless replica behind its WAL's start (a wiped disk, a new replica): the local log restarts
+        empty at ``next_offset``; below it, from ``log_start_offset``, the data is in the remote tier. There
+        is no producer state to rebuild (the coordinator, not this log, checks producers), and one leader
+        epoch, ``leader_epoch``, covers everything from the log start (the remote segments' lineage)."""
+        self.truncate_fully_and_start_at(next_offset)
+        if self.remote_log_enabled:
+            self.log_start_offset = min(max(log_start_offset, 0), next_offset)
+        self.leader_epoch_cache.assign(leader_epoch, self.log_start_offset)
+
     def maybe_increment_log_start_offset(self, offset: int) -> None:
         """A follower learns its leader's log start (DeleteRecords, retention) through Fetch."""
         if offset > self.log_start_offset:

@@ -289,8 +289,8 @@ class ReplicaManager:
         """Kafka's periodic ``maybeShrinkIsr``: drop followers that have not caught up in ``max_lag_ms``."""
         now = self.clock.milliseconds()
         for part in list(self.partitions.values()):
-            if not part.is_leader or part.isr_change_in_flight:
-                continue
+            if not part.is_leader or part.isr_change_in_flight or part.log.config.diskless_enable:
+                continue  # diskless: replicas consolidate from the coordinator, never fetch from the leader
             lagging = part.out_of_sync_replicas(now, max_lag_ms)
             if lagging:
                 log.info("%s: shrinking ISR from %s to %s (not caught up for %d ms)", part.tp,

@@ -68,7 +68,8 @@ LEADER_SPECS = {EARLIEST: "log_start_offset", EARLIEST_LOCAL: "local_log_start_o
 TOPIC_CONFIG_KEYS = ("remote.storage.enable", "local.retention.bytes", "local.retention.ms", "retention.bytes",
                      "retention.ms", "diskless.enable")
 HTTP_ONLY_KEYS = ("topic_id", "log_end_offset", "local_segments", "remote_segments", "remote_bytes",
-                  "copy_lag_segments", "copy_lag_bytes", "last_copy_error", "diskless", "wal_bytes")
+                  "copy_lag_segments", "copy_lag_bytes", "last_copy_error", "diskless", "wal_bytes",
+                  "wal_start_offset", "consolidated_offset")
 
 COLUMNS = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOCAL-START", "REMOTE-END", "END",
            "LOCAL-SEGS", "LOCAL-BYTES", "REMOTE-OFFSETS", "REMOTE-SEGS", "REMOTE-BYTES", "COPY-LAG")
@@ -541,14 +542,28 @@ def format_topic(t: Mapping[str, Any]) -> str | None:
         return f"topic {t.get('topic')}: configs unknown ({t['error']})"
     configs = t.get("configs") or {}
     if str(configs.get("diskless.enable")).lower() == "true":
-        return (f"topic {t.get('topic')}: diskless.enable=true (any broker takes its produce; its data is in the "
-                f"remote store's WAL objects); retention: {_retention(configs, 'retention.bytes', '', format_bytes)}, "
+        return (f"topic {t.get('topic')}: diskless.enable=true (any broker takes its produce into WAL objects; "
+                f"its replicas consolidate them into the remote tier); retention: "
+                f"{_retention(configs, 'retention.bytes', '', format_bytes)}, "
                 f"{_retention(configs, 'retention.ms', '', None)}")
     if str(configs.get("remote.storage.enable")).lower() != "true":
         return None
     return (f"topic {t.get('topic')}: remote.storage.enable=true; local retention: "
             f"{_retention(configs, 'local.retention.bytes', 'retention.bytes', format_bytes)}, "
             f"{_retention(configs, 'local.retention.ms', 'retention.ms', None)}")
+
+
+def format_diskless(p: Mapping[str, Any]) -> str:
+    """A diskless partition's WAL and consolidation, as the answering broker sees them."""
+    wal = format_bytes(p["wal_bytes"]) if "wal_bytes" in p else "?"
+    text = f"diskless: {wal} in WAL objects"
+    if "wal_start_offset" in p:
+        text += f" from offset {p['wal_start_offset']}"
+    if "consolidated_offset" in p:
+        text += f"; consolidated into the local log up to offset {p['consolidated_offset']}"
+    else:
+        text += "; no consolidated replica on the answering broker"
+    return text
 
 
 def format_table(payload: Mapping[str, Any]) -> str:
@@ -574,10 +589,8 @@ def format_table(payload: Mapping[str, Any]) -> str:
     lines = [line(COLUMNS)]
     for p, r in zip(partitions, rows[1:], strict=True):
         lines.append(line(r))
-        if p.get("diskless"):  # leaderless: no replica holds its data, so no replica lines
-            lines.append(f"  diskless: {format_bytes(p['wal_bytes']) if 'wal_bytes' in p else '?'} in WAL objects, "
-                         "no local copy on any broker")
-            continue
+        if p.get("diskless"):  # leaderless: its replicas consolidate from the WAL rather than follow a leader
+            lines.append("  " + format_diskless(p))
         lines.extend("  " + format_replica(s) for s in p.get("replica_states") or ())
     for t in payload.get("topics", []):
         text = format_topic(t)

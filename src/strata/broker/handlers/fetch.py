@@ -65,6 +65,9 @@ class _FetchState:
         self.throttled_bytes = 0  # records of leader-throttled partitions in a follower's answer (KIP-73)
         self.held_s: float | None = None  # a partition held back by the leader quota: seconds until it allows it
         self.diskless: list[tuple[dict[str, Any], FindBatchRequest]] = []  # read after the pass, all at once
+        # diskless partitions served from this broker's consolidated replica: their watermarks are the
+        # coordinator's (the replica may lag it), asked after the pass
+        self.consolidated: list[tuple[dict[str, Any], TopicIdPartition]] = []
 
 
 def replica_id_of(request: Any) -> int:
@@ -87,16 +90,29 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
         state.errors = True  # its empty local log is not the topic: say so rather than serve nothing
         out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
         return out
+    consolidated = None
     if replica_id < 0 and diskless is not None and diskless.is_diskless(name):
-        # leaderless: any broker serves it, from the coordinator's coordinates and the object store
-        info = ctx.broker.topics.get(name)
-        assert info is not None
-        state.diskless.append((out, FindBatchRequest(info.topic_id, p.partition, p.fetch_offset,
-                                                     max(0, min(p.partition_max_bytes, budget)))))
-        return out
+        # Leaderless: any broker serves it. What this broker's replica has consolidated (local log, remote
+        # tier) is read like any tiered log; the rest from the coordinator's coordinates and the WAL objects.
+        consolidated = replicas.local_log(tp)
+        end = None if consolidated is None else (consolidated.last_stable_offset
+                                                 if isolation is FetchIsolation.TXN_COMMITTED
+                                                 else consolidated.log_end_offset)
+        if consolidated is None or not consolidated.log_start_offset <= p.fetch_offset < end:
+            info = ctx.broker.topics.get(name)
+            assert info is not None
+            state.diskless.append((out, FindBatchRequest(info.topic_id, p.partition, p.fetch_offset,
+                                                         max(0, min(p.partition_max_bytes, budget)))))
+            return out
     try:
-        plog = replicas.get_log(tp)
-        replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
+        if consolidated is not None:
+            plog = consolidated  # any replica (the data is the coordinator's, not a leader's)
+            info = ctx.broker.topics.get(name)
+            assert info is not None
+            state.consolidated.append((out, TopicIdPartition(info.topic_id, name, p.partition)))
+        else:
+            plog = replicas.get_log(tp)
+            replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
         if replica_id >= 0:
             return _read_for_follower(ctx, tp, plog, p, replica_id, budget, state, out)
         if ctx.version < 10 and plog.config.compression_type == "zstd":
@@ -255,16 +271,52 @@ async def _complete_diskless_reads(ctx: RequestContext, state: _FetchState, read
         for out, _ in state.diskless:
             out["error_code"] = e.error_code
         return
-    for (out, _), read in zip(state.diskless, reads, strict=True):
+    replicas = ctx.broker.replicas
+    for (out, req), read in zip(state.diskless, reads, strict=True):
         out.update(error_code=read.error, high_watermark=read.high_watermark,
                    last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset)
-        if read.error:
+        if read.error == ErrorCode.OFFSET_OUT_OF_RANGE and req.offset < read.log_start_offset:
+            _below_wal(ctx, replicas, out, req)
+        if out["error_code"]:
             state.errors = True
             continue
         if read_committed:
             out["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                            for a in read.aborted_transactions]
         _attach_bytes(out, read.records, state)
+
+
+async def _coordinator_watermarks(ctx: RequestContext, state: _FetchState) -> None:
+    """The partition's high watermark, last stable offset and log start for diskless partitions served from
+    the consolidated replica: a consumer must not take the replica's end (behind the coordinator's while
+    consolidation catches up) for the partition's (a premature end-of-partition, a wrong lag)."""
+    diskless = ctx.broker.diskless
+    assert diskless is not None
+    try:
+        infos = await diskless.log_infos_now([(tip.topic_id, tip.partition) for _, tip in state.consolidated])
+    except KafkaError as e:
+        log.warning("diskless watermarks unavailable: %s", e)
+        return
+    for (out, _), info in zip(state.consolidated, infos, strict=True):
+        if info.error == ErrorCode.NONE:
+            cross = info.remote_log_start_offset
+            out.update(high_watermark=info.high_watermark, last_stable_offset=info.last_stable_offset,
+                       log_start_offset=info.log_start_offset if cross is None else cross)
+
+
+def _below_wal(ctx: RequestContext, replicas: Any, out: dict[str, Any], req: FindBatchRequest) -> None:
+    """An offset below the WAL's start (pruned after tiering) but maybe not below the partition's cross-tier
+    log start: only a replica, which reads the remote tier, can tell and serve it. A broker without one sends
+    the client to the partition's leader (NOT_LEADER_OR_FOLLOWER: it refreshes its metadata); a replica whose
+    consolidation has not caught up yet answers nothing for now (the consumer fetches again)."""
+    info = ctx.broker.topics.by_id(req.topic_id)
+    plog = replicas.local_log(TopicPartition(info.name, req.partition)) if info is not None else None
+    if plog is None:
+        out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    elif req.offset >= plog.log_start_offset:
+        out.update(error_code=ErrorCode.NONE, log_start_offset=plog.log_start_offset)
+    else:
+        out["log_start_offset"] = plog.log_start_offset
 
 
 def _attach_bytes(out: dict[str, Any], records: bytes | memoryview, state: _FetchState) -> None:
@@ -338,18 +390,28 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     if replica_id_of(request) >= 0:
         isolation = FetchIsolation.LOG_END
     max_wait_s = max(0.0, request.max_wait.total_seconds())
-    deadline = time.monotonic() + max_wait_s
+    started = time.monotonic()
+    deadline = started + max_wait_s
+    min_bytes = request.min_bytes
     refused = _refused_topics(ctx, request)
     while True:
         responses, state, tps = _one_pass(ctx, request, isolation, refused)
         if state.diskless:
+            # Inkless's floor (diskless.fetch.max.wait.ms, min bytes 1): an empty diskless answer costs a
+            # coordinator query, so a consumer polling without waiting is made to wait a little
+            diskless = ctx.broker.diskless
+            assert diskless is not None
+            deadline = max(deadline, started + diskless.dc.fetch_max_wait_ms / 1000)
+            min_bytes = max(min_bytes, 1)
             await _complete_diskless_reads(ctx, state, isolation is FetchIsolation.TXN_COMMITTED,
                                            getattr(request, "max_bytes", 0x7FFFFFFF))
+        if state.consolidated:
+            await _coordinator_watermarks(ctx, state)
         if state.remote:
             await _complete_remote_reads(ctx, state)
             break
         remaining = deadline - time.monotonic()
-        if state.bytes >= request.min_bytes or state.errors or remaining <= 0 or not tps \
+        if state.bytes >= min_bytes or state.errors or remaining <= 0 or not tps \
                 or ctx.broker.shutting_down:
             break
         # A partition held back by the leader quota is looked at again once the quota allows it (Kafka's

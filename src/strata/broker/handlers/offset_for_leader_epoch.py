@@ -11,10 +11,25 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
-from strata.errors import ErrorCode, KafkaError
+from strata.diskless.reader.complete import DISKLESS_LEADER_EPOCH
+from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 
 OFFSET_FOR_LEADER_EPOCH = 23
+
+
+async def _diskless_epoch_end(ctx: RequestContext, tp: TopicPartition, epoch: int) -> dict[str, Any]:
+    """A diskless partition has one leader epoch, 0 (the epoch of every batch it serves), ending at the
+    coordinator's high watermark; any broker answers. A consumer validating its position after a metadata
+    change (KIP-320) so never sees a truncation that did not happen."""
+    diskless, info = ctx.broker.diskless, ctx.broker.topics.get(tp.topic)
+    assert diskless is not None and info is not None
+    if epoch < DISKLESS_LEADER_EPOCH:
+        return {"leader_epoch": -1, "end_offset": -1}
+    found = await diskless.log_info(info.topic_id, tp.partition)
+    if found.error:
+        raise ApiError(found.error, f"{tp}: {found.error.name}")
+    return {"leader_epoch": DISKLESS_LEADER_EPOCH, "end_offset": found.high_watermark}
 
 
 @handles(OFFSET_FOR_LEADER_EPOCH)
@@ -33,6 +48,11 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
                 continue
             try:
                 tp = TopicPartition(t.topic, p.partition)
+                diskless = ctx.broker.diskless
+                if diskless is not None and diskless.is_diskless(t.topic):
+                    entry.update(await _diskless_epoch_end(ctx, tp, p.leader_epoch))
+                    parts.append(entry)
+                    continue
                 plog = replicas.get_log(tp)
                 replicas.check_leader_epoch(tp, p.current_leader_epoch)
                 epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)

@@ -5,7 +5,7 @@ Per partition, in coordinate order (Inkless's ``FetchCompleter``):
 
 1. Copy each committed batch, or coalesced run of byte-adjacent batches, out of the object bytes.
 2. Walk its physical batches: check framing and the CRC (``ensure_valid``) *before* touching anything,
-   then write the absolute base offset (outside the CRC'd range, so no reseal), and for LogAppendTime
+   then write the absolute base offset and leader epoch 0 (outside the CRC'd range, so no reseal), and for LogAppendTime
    batches the commit time as max timestamp (inside the CRC'd range: ``set_log_append_time`` sets the
    timestamp-type bit and the timestamp and reseals the CRC). The walk must end exactly at the row's
    ``last_offset`` and its byte end, else coordinator and object disagree.
@@ -28,7 +28,18 @@ from dataclasses import dataclass
 
 from strata.diskless.coordinator.api import AbortedTxn, BatchInfo, FindBatchResponse, TimestampType
 from strata.errors import CorruptRecordError, ErrorCode, UnsupportedForMessageFormatError
-from strata.protocol.records.batch import ensure_valid, parse_header, set_base_offset, set_log_append_time
+from strata.protocol.records.batch import (
+    ensure_valid,
+    parse_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+
+DISKLESS_LEADER_EPOCH = 0
+"""The leader epoch of every diskless batch served (and consolidated): a diskless partition has no leader,
+so one epoch covers its whole diskless life, as in Inkless; OffsetForLeaderEpoch answers it with the
+coordinator's high watermark."""
 
 Buffer = bytes | memoryview
 
@@ -139,6 +150,7 @@ def _append(out: bytearray, info: BatchInfo, source: ObjectBytes | None) -> None
         except (CorruptRecordError, UnsupportedForMessageFormatError) as e:
             raise _Stop(position, ErrorCode.CORRUPT_MESSAGE, f"{where} at offset {next_offset}: {e}") from None
         set_base_offset(out, position, next_offset)
+        set_partition_leader_epoch(out, position, DISKLESS_LEADER_EPOCH)
         if log_append_time:
             set_log_append_time(out, position, header.size, info.log_append_timestamp)
         next_offset += header.last_offset_delta + 1

@@ -1,0 +1,203 @@
+"""Consolidation: diskless batches replayed into Kafka's per-partition logs, which KIP-405 then tiers.
+
+WAL objects are small, shared by every partition a broker received in 250 ms, and one long-lived partition
+pins a whole object. So the WAL is only a short-lived buffer (Inkless's consolidation, KIP-1165): every
+replica of a diskless partition replays its committed batches, in offset order, into an ordinary local log
+(its "leader" is the coordinator plus ranged reads of the objects, the way a follower's leader is another
+broker). From there everything Kafka's tiered storage does applies unchanged: the partition leader's
+RemoteLogManager copies rolled segments to the remote tier and writes ``__remote_log_metadata``, local
+retention trims the local copy, the Spark source reads remote segments straight from the store, and
+``.txnindex`` is built from the replayed markers.
+
+Once the leader's remote tier holds a batch, the leader asks the coordinator to *prune* the WAL below its
+highest tiered offset; a WAL object whose every batch is pruned (or expired) is then deleted by the file
+cleaner. The leader also reports its log start (remote retention, DeleteRecords) as the coordinator's
+cross-tier log start, which ``ListOffsets(EARLIEST)`` answers on every broker.
+
+Rules that keep every replica equal to the coordinator:
+
+* a replica appends only committed batches (the coordinator's high watermark), stamped with leader epoch
+  0 (diskless batches have no leader; the epoch field is outside the CRC), so its high watermark is its
+  log end;
+* a replica behind the WAL start (a wiped disk, a new replica, a long outage after pruning) restarts its
+  local log at the WAL start: everything below is in the remote tier, which any replica serves;
+* a replica ahead of the coordinator (only after the coordinator's state went back, which should never
+  happen) is truncated to it, loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from strata.common import TopicPartition
+from strata.diskless.coordinator.api import (
+    AdvanceLogStartRequest,
+    FindBatchRequest,
+    IsolationLevel,
+    LogInfo,
+    PruneBatchesRequest,
+    TopicIdPartition,
+)
+from strata.diskless.reader import PartitionRead
+from strata.diskless.reader.complete import DISKLESS_LEADER_EPOCH
+from strata.errors import ErrorCode, KafkaError
+from strata.log.partition_log import PartitionLog
+
+log = logging.getLogger("strata.diskless.consolidation")
+
+
+Query = Callable[[Callable[[Any], Any]], Awaitable[Any]]
+Execute = Callable[[str, Any], Awaitable[Any]]
+Read = Callable[[Sequence[Any], int], Awaitable[list[PartitionRead]]]
+
+
+@dataclass(slots=True)
+class ConsolidationStats:
+    batches: int = 0
+    bytes: int = 0
+    restarts: int = 0
+    prune_requests: int = 0
+    batches_pruned: int = 0
+    lag_bytes: int = 0  # WAL bytes of hosted partitions not yet consolidated here (as of the last run)
+
+
+@dataclass(frozen=True, slots=True)
+class Hosted:
+    """A diskless partition with a replica (a local log) on this broker."""
+
+    tp: TopicPartition
+    topic_id: uuid.UUID
+    log: PartitionLog
+    leads: bool
+
+
+class Consolidator:
+    """Replays committed diskless batches into the hosted replicas' local logs (see the module doc).
+
+    ``hosted``: this broker's replicas of diskless partitions; ``query``/``execute``: the coordinator;
+    ``read``: the diskless reader (coordinates to servable bytes); ``notify``: wakes fetches waiting on a
+    local log. One run handles every hosted partition with one ``find_batches`` call."""
+
+    def __init__(self, hosted: Callable[[], list[Hosted]], query: Query, execute: Execute, read: Read,
+                 notify: Callable[[TopicPartition], None], now_ms: Callable[[], int], max_bytes: int,
+                 prune_interval_ms: int) -> None:
+        self._hosted = hosted
+        self._query = query
+        self._execute = execute
+        self._read = read
+        self._notify = notify
+        self._now_ms = now_ms
+        self.max_bytes = max_bytes
+        self.prune_interval_ms = prune_interval_ms
+        self._last_prune_ms = -prune_interval_ms
+        self.stats = ConsolidationStats()
+
+    async def run_once(self) -> int:
+        """Consolidate what the coordinator committed since the last run; the leaders' pruning once per
+        ``prune_interval_ms``. Returns the number of batches appended (0: caught up)."""
+        hosted = self._hosted()
+        if not hosted:
+            return 0
+        parts = [TopicIdPartition(h.topic_id, h.tp.partition) for h in hosted]
+        infos: list[LogInfo] = await self._query(lambda s: s.get_logs(parts))
+        wanted: list[tuple[Hosted, LogInfo]] = []
+        lag = 0
+        for h, info in zip(hosted, infos, strict=True):
+            if info.error != ErrorCode.NONE:
+                continue
+            self._align(h, info)
+            if h.log.log_end_offset < info.high_watermark:
+                wanted.append((h, info))
+                lag += info.byte_size  # an upper bound: WAL bytes not yet all consolidated here
+        self.stats.lag_bytes = lag
+        appended = 0
+        if wanted:
+            appended = await self._consolidate(wanted)
+        now = self._now_ms()
+        if now - self._last_prune_ms >= self.prune_interval_ms:
+            self._last_prune_ms = now
+            await self._prune([(h, i) for h, i in zip(hosted, infos, strict=True) if h.leads and not i.error])
+        return appended
+
+    def _align(self, h: Hosted, info: LogInfo) -> None:
+        """Bring the local log's ends within the coordinator's: restart it at the WAL start when it fell
+        below it, truncate it when it is ahead, and follow the cross-tier log start (DeleteRecords)."""
+        plog = h.log
+        if plog.log_end_offset > info.high_watermark:
+            log.error("%s: the local log ends at %d past the diskless coordinator's high watermark %d: "
+                      "truncating to it", h.tp, plog.log_end_offset, info.high_watermark)
+            plog.truncate_to(info.high_watermark)
+        cross = info.remote_log_start_offset if info.remote_log_start_offset is not None else info.log_start_offset
+        if plog.log_end_offset < info.log_start_offset:
+            log.info("%s: local log ends at %d, the WAL starts at %d: restarting it there (below: remote tier)",
+                     h.tp, plog.log_end_offset, info.log_start_offset)
+            plog.restart_above_remote_tier(info.log_start_offset, min(cross, info.log_start_offset),
+                                           DISKLESS_LEADER_EPOCH)
+            self.stats.restarts += 1
+        elif cross > plog.log_start_offset:
+            plog.maybe_increment_log_start_offset(cross)
+
+    async def _consolidate(self, wanted: list[tuple[Hosted, LogInfo]]) -> int:
+        requests = [FindBatchRequest(h.topic_id, h.tp.partition, h.log.log_end_offset, self.max_bytes)
+                    for h, _ in wanted]
+        found = await self._query(lambda s: s.find_batches(requests, fetch_max_bytes=self.max_bytes * len(requests),
+                                                           isolation_level=IsolationLevel.READ_UNCOMMITTED))
+        reads = await self._read(found, self._now_ms())
+        appended = 0
+        for (h, _), read in zip(wanted, reads, strict=True):
+            if read.error != ErrorCode.NONE or not read.records:
+                if read.error not in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+                    log.warning("consolidating %s from %d: %s (%s)", h.tp, h.log.log_end_offset, read.error.name,
+                                read.message or "retried")
+                continue
+            records = read.records  # offsets and leader epoch 0 already written by the reader
+            try:
+                info = h.log.append_as_follower(records)
+            except KafkaError as e:
+                log.warning("consolidating %s at %d failed: %s", h.tp, h.log.log_end_offset, e)
+                continue
+            h.log.update_high_watermark(h.log.log_end_offset)
+            self._notify(h.tp)
+            self.stats.batches += len(info.batches)
+            self.stats.bytes += len(records)
+            appended += len(info.batches)
+        return appended
+
+    async def _prune(self, led: list[tuple[Hosted, LogInfo]]) -> None:
+        """The leader's part: WAL batches its remote tier holds are pruned; its log start becomes the
+        coordinator's cross-tier log start."""
+        prune, advance = [], []
+        for h, info in led:
+            tiered = h.log.highest_offset_in_remote_storage
+            if tiered >= info.log_start_offset:
+                prune.append(PruneBatchesRequest(h.topic_id, h.tp.partition, tiered))
+            start = h.log.log_start_offset
+            if info.remote_log_start_offset is None or start > info.remote_log_start_offset:
+                advance.append(AdvanceLogStartRequest(h.topic_id, h.tp.partition, min(start, info.high_watermark)))
+        if advance:  # first: once the WAL start moves, EARLIEST must already answer the cross-tier start
+            await self._execute("advance_log_start", advance)
+        if prune:
+            results = await self._execute("prune_batches", prune)
+            self.stats.prune_requests += 1
+            pruned = sum(r.batches_deleted for r in results if not r.error)
+            self.stats.batches_pruned += pruned
+            if pruned:
+                log.info("pruned %d diskless batches already in the remote tier", pruned)
+
+    async def run(self, interval_ms: int, committed: Callable[[float], Awaitable[None]]) -> None:
+        """Consolidate after each commit this broker sees (at most every ``interval_ms``) until cancelled."""
+        while True:
+            try:
+                while await self.run_once():
+                    await asyncio.sleep(0)  # more to do: keep going, but let the loop breathe
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the store or coordinator away: retried next round
+                log.warning("diskless consolidation: %s", e)
+            await asyncio.sleep(interval_ms / 1000)
+            await committed(max(interval_ms, 1000) / 1000)
