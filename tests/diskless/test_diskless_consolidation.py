@@ -84,6 +84,10 @@ def test_wal_is_consolidated_tiered_and_pruned_and_a_wiped_partition_reads_from_
         assert [m.value() for m in msgs] == [b"value-%06d" % i for i in range(N)]
         assert msgs[0].headers() == [("i", b"0")] and msgs[-1].headers() == [("i", b"%d" % (N - 1))]
         assert {m.leader_epoch() for m in msgs} == {DISKLESS_LEADER_EPOCH}
+        metrics = scrape(b)
+        assert metrics["strata_diskless_Consolidation_BatchesPerSec_total"] >= N // 50
+        assert metrics["strata_diskless_Consolidation_BatchesPrunedPerSec_total"] > 0
+        assert metrics["strata_diskless_Consolidation_LagOffsets"] == 0
         c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "w"})
         try:
             assert c.get_watermark_offsets(CkTopicPartition("dl", 0), timeout=10) == (0, N)

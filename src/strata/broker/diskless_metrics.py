@@ -12,6 +12,9 @@
   ``FindBatchesLatencyMs`` (``_p50``/``_p99``);
 * ``type=Cleaner``: ``DeleteRequestsPerSec`` (bulk DELETEs), ``ObjectsDeletedPerSec`` (unreferenced objects)
   and ``OrphansDeletedPerSec`` (uploaded, never committed);
+* ``type=Consolidation``: ``BatchesPerSec``, ``BytesPerSec`` (replayed into this broker's replicas),
+  ``RestartsPerSec`` (replicas restarted at the WAL's start), ``BatchesPrunedPerSec`` (meters), ``LagOffsets``
+  (gauge: committed, not yet consolidated here) and ``WalBytesAwaitingTiering`` (gauge: the WAL's bytes);
 * ``type=Coordinator``: ``CommandsAppliedPerSec`` (meter) and ``AppliedOffset`` (gauge: the last
   ``__diskless_metadata`` offset applied here; equal on every replica once they caught up).
 
@@ -65,6 +68,11 @@ class DisklessMetrics:
                                              if d.writer.stats.objects_uploaded else 0))
         registry.gauge(_name("Reader", "CacheBytes"), "Bytes of WAL objects in this broker's fetch cache.",
                        fn=lambda: self._read(lambda d: d.cache.size_bytes))
+        registry.gauge(_name("Consolidation", "LagOffsets"), "Offsets committed but not yet consolidated into this "
+                       "broker's replicas.", fn=lambda: self._read(lambda d: d.consolidator.stats.lag_offsets))
+        registry.gauge(_name("Consolidation", "WalBytesAwaitingTiering"), "Bytes of diskless batches still only in "
+                       "WAL objects (consolidation and tiering prune the rest).",
+                       fn=lambda: self._read(lambda d: sum(i.byte_size for i in d.log_infos.values())))
         registry.gauge(_name("Coordinator", "AppliedOffset"), "The last __diskless_metadata offset applied here.",
                        fn=lambda: self._read(lambda d: d.coordinator.applied_offset))
         for kind, name, samples in (
@@ -100,6 +108,14 @@ class DisklessMetrics:
                  lambda d: d.stats.objects_deleted),
                 ("Cleaner", "OrphansDeletedPerSec", "WAL objects uploaded but never committed, swept.",
                  lambda d: d.stats.orphans_deleted),
+                ("Consolidation", "BatchesPerSec", "Batches replayed into this broker's replicas.",
+                 lambda d: d.consolidator.stats.batches),
+                ("Consolidation", "BytesPerSec", "Bytes replayed into this broker's replicas.",
+                 lambda d: d.consolidator.stats.bytes),
+                ("Consolidation", "RestartsPerSec", "Replicas restarted at the WAL start (below: remote tier).",
+                 lambda d: d.consolidator.stats.restarts),
+                ("Consolidation", "BatchesPrunedPerSec", "WAL batches pruned once tiered (by the partitions led here).",
+                 lambda d: d.consolidator.stats.batches_pruned),
                 ("Coordinator", "CommandsAppliedPerSec", "Coordinator commands applied to this replica's state.",
                  lambda d: d.coordinator.commands_applied))]
 

@@ -63,7 +63,7 @@ class ConsolidationStats:
     restarts: int = 0
     prune_requests: int = 0
     batches_pruned: int = 0
-    lag_bytes: int = 0  # WAL bytes of hosted partitions not yet consolidated here (as of the last run)
+    lag_offsets: int = 0  # offsets committed but not yet consolidated here, over the hosted partitions (last run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +113,8 @@ class Consolidator:
             self._align(h, info)
             if h.log.log_end_offset < info.high_watermark:
                 wanted.append((h, info))
-                lag += info.byte_size  # an upper bound: WAL bytes not yet all consolidated here
-        self.stats.lag_bytes = lag
+                lag += info.high_watermark - h.log.log_end_offset
+        self.stats.lag_offsets = lag
         appended = 0
         if wanted:
             appended = await self._consolidate(wanted)
