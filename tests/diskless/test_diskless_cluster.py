@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from tests.broker.kafka_wire import WireClient, produce
 from tests.cluster.harness import Cluster, running_cluster
 from tests.cluster.test_cluster_metrics import scrape
@@ -165,3 +165,46 @@ def test_consolidation_tiers_prunes_the_bucket_and_survives_a_wiped_leader(zk_co
                    and not (wiped / "00000000000000000000.log").exists(), 60)
         msgs = consume_all(cluster.bootstrap, "dl", 1, records, timeout_s=60)
         assert len(msgs) == records
+
+
+def test_a_replicated_classic_topic_switched_to_diskless(zk_connect: str, tmp_path: Path,
+                                                         seaweedfs: SeaweedFS) -> None:
+    """KIP-1150's switch in the cluster: the leader seals the classic log once its followers have it all,
+    followers stop fetching from it and consolidate from the coordinator, the idempotent producer carries on
+    across the seal, and the three replicas end byte-identical (classic part copied, diskless part replayed)."""
+    prefix = f"dls-{uuid.uuid4().hex[:8]}/"
+    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
+    props = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
+             "rsm.config.key.prefix": prefix, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0",
+             "diskless.produce.commit.interval.ms": "50", "diskless.consolidation.interval.ms": "100", **rsm}
+    with running_cluster(zk_connect, tmp_path, 3, props) as cluster:
+        cluster.admin().create_topics([NewTopic("sw", 2, 3)])["sw"].result(60)
+        cluster.wait_full_isr("sw")
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        for i in range(600):
+            p.produce("sw", value=b"c%04d" % i + PAD, partition=i % 2)
+        assert p.flush(60) == 0
+        resource = ConfigResource("TOPIC", "sw", incremental_configs=[
+            ConfigEntry("diskless.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+        cluster.admin().incremental_alter_configs([resource], request_timeout=30)[resource].result(30)
+        for i in range(600):
+            p.produce("sw", value=b"d%04d" % i + PAD, partition=i % 2)
+        assert p.flush(90) == 0
+        msgs = consume_all(cluster.bootstrap, "sw", 2, 1200, timeout_s=90)
+        for partition in range(2):
+            got = [m for m in msgs if m.partition() == partition]
+            assert [m.offset() for m in got] == list(range(600))
+            assert [m.value() for m in got] == [b"c%04d" % i + PAD for i in range(partition, 600, 2)] + \
+                [b"d%04d" % i + PAD for i in range(partition, 600, 2)]
+        for partition in range(2):
+            wait_until(f"sw-{partition} identical on every replica after the switch",
+                       lambda partition=partition: len({_log_bytes(b.data_dir / "logs" / f"sw-{partition}")
+                                                        for b in cluster.brokers.values()}) == 1, 30)
+        replicated_before = replicated_bytes(cluster)
+        for i in range(300):
+            p.produce("sw", value=b"e%04d" % i + PAD, partition=i % 2)
+        assert p.flush(60) == 0
+        time.sleep(1)
+        assert replicated_bytes(cluster) - replicated_before < 0.1 * 300 * len(PAD), \
+            "followers stopped copying from the leader once sealed"

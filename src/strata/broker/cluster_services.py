@@ -128,7 +128,9 @@ class LocalTopicAdmin:
         await self._broker.topic_changed(self._broker.delete_topic(name), deleted=True)
 
     async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None:
-        await self._broker.topic_changed(self._broker.add_partitions(name, count))
+        old = self._broker.topics.get(name)
+        first_new = old.partitions if old is not None else 0
+        await self._broker.topic_changed(self._broker.add_partitions(name, count), first_new=first_new)
 
     async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         self._broker.set_topic_configs(name, overrides)
@@ -246,13 +248,15 @@ class ZkTopicAdmin:
                            f"Deletion of topic '{name}' is in progress (a replica's broker may be down)")
 
     async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None:
+        old = self._broker.topics.get(name)
+        first_new = old.partitions if old is not None else 0
         await self._node.add_partitions(name, count, assignment)
         cache = self._node.metadata
         await self._node.wait_for(lambda: all(TopicPartition(name, p) in cache.states for p in range(count)),
                                   PROPAGATION_TIMEOUT_S)
         info = self._broker.topics.get(name)
         if info is not None:
-            await self._broker.topic_changed(info)
+            await self._broker.topic_changed(info, first_new=first_new)
 
     async def elect_leaders(self, election_type: int, tps: list[TopicPartition]) -> dict[TopicPartition, Result]:
         """Run by the controller (Kafka sends ElectLeaders there): NOT_CONTROLLER elsewhere, and the

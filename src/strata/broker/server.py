@@ -216,14 +216,16 @@ class Broker:
         log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
         return info
 
-    async def topic_changed(self, info: TopicInfo, deleted: bool = False) -> None:
+    async def topic_changed(self, info: TopicInfo, deleted: bool = False, first_new: int = 0) -> None:
+        """A topic created (its partitions ``first_new..`` new), grown or deleted: the diskless coordinator
+        learns of the new diskless partitions."""
         diskless = self.diskless
         if diskless is None:
             return
         if deleted:
             await diskless.on_topic_deleted(info.topic_id)
         elif diskless.is_diskless(info.name):
-            await diskless.on_topic_created(info.name, info.topic_id, info.partitions)
+            await diskless.on_topic_created(info.name, info.topic_id, info.partitions, first_new)
 
     def _lead(self, info: TopicInfo) -> None:
         """Tell the RemoteLogManager this node leads the topic's partitions (it tiers the eligible ones)."""
@@ -278,10 +280,20 @@ class Broker:
         self.logs.checkpoint()
         return low
 
+    def _maybe_start_diskless(self, name: str) -> None:
+        """A classic topic switched to diskless (KIP-1150) may be this broker's first diskless topic: the
+        coordinator starts (creating ``__diskless_metadata``); the partitions' leaders then seal them."""
+        diskless = self.diskless
+        if diskless is None or diskless.started or not diskless.is_diskless(name):
+            return
+        task = asyncio.get_running_loop().create_task(diskless.ensure_started(), name="diskless-start")
+        self._background.append(task)  # cancelled at stop like the others
+
     def apply_tiering_change(self, name: str, was_tiered: bool) -> None:
         """KIP-950: ``remote.storage.enable`` turned on starts tiering the topic; turned off (only
         allowed with ``remote.log.delete.on.disable=true``) deletes its remote data and the log
         start becomes the local log start."""
+        self._maybe_start_diskless(name)
         rlm = self.remote_log_manager
         info = self.topics.get(name)
         tiered = self.topics.remote_log_enabled(name)
@@ -593,9 +605,13 @@ class Broker:
         async def create(name: str, partitions: int, replicas: int, configs: dict[str, str]) -> Any:
             return await admin.create_topic(name, partitions, replicas, configs)
 
+        fetchers = self.fetchers
         diskless = DisklessService(self.config, self.replicas, self.topics, rlm.rsm, self.clock,
-                                        self.cluster is not None, create, admin.max_replication_factor, forward,
-                                        lambda offset: self.delete_records(METADATA_PARTITION, offset))
+                                   self.cluster is not None, create, admin.max_replication_factor, forward,
+                                   lambda offset: self.delete_records(METADATA_PARTITION, offset),
+                                   classic_following=lambda tp: fetchers is not None
+                                   and fetchers.fetch_state(tp) is not None,
+                                   stop_following=lambda tp: fetchers.unfollow(tp) if fetchers is not None else None)
         self.diskless = diskless
         await diskless.start()
         txns = self.transactions

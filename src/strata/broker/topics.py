@@ -237,9 +237,9 @@ def diskless_config_problem(new: LogConfig, old: LogConfig | None, system_enable
         return "diskless.enable cannot be turned off: a diskless topic cannot become a classic topic again."
     if not new.diskless_enable:
         return None
-    if old is not None and not old.diskless_enable:
-        return ("diskless.enable can only be set when the topic is created: switching an existing classic topic "
-                "to diskless (KIP-1150's switch) is not supported yet.")
+    if old is not None and not old.diskless_enable and new.unclean_leader_election_enable:
+        return ("diskless.enable=true on an existing topic (KIP-1150's switch) needs "
+                "unclean.leader.election.enable=false: an unclean leader could lose records below the seal.")
     if not system_enabled:
         return ("diskless.enable=true needs remote.log.storage.system.enable=true on the broker: a diskless "
                 "topic's data lives in the remote store.")

@@ -16,9 +16,9 @@ cross-tier log start, which ``ListOffsets(EARLIEST)`` answers on every broker.
 
 Rules that keep every replica equal to the coordinator:
 
-* a replica appends only committed batches (the coordinator's high watermark), stamped with leader epoch
-  0 (diskless batches have no leader; the epoch field is outside the CRC), so its high watermark is its
-  log end;
+* a replica appends only committed batches (the coordinator's high watermark), stamped with the
+  partition's diskless leader epoch (0, or a switched partition's epoch at its seal; the field is outside
+  the CRC), so its high watermark is its log end;
 * a replica behind the WAL start (a wiped disk, a new replica, a long outage after pruning) restarts its
   local log at the WAL start: everything below is in the remote tier, which any replica serves;
 * a replica ahead of the coordinator (only after the coordinator's state went back, which should never
@@ -38,13 +38,14 @@ from strata.common import TopicPartition
 from strata.diskless.coordinator.api import (
     AdvanceLogStartRequest,
     FindBatchRequest,
+    InitDisklessLogRequest,
+    InitProducer,
     IsolationLevel,
     LogInfo,
     PruneBatchesRequest,
     TopicIdPartition,
 )
 from strata.diskless.reader import PartitionRead
-from strata.diskless.reader.complete import DISKLESS_LEADER_EPOCH
 from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import PartitionLog
 
@@ -61,6 +62,7 @@ class ConsolidationStats:
     batches: int = 0
     bytes: int = 0
     restarts: int = 0
+    seals: int = 0
     prune_requests: int = 0
     batches_pruned: int = 0
     lag_offsets: int = 0  # offsets committed but not yet consolidated here, over the hosted partitions (last run)
@@ -74,6 +76,27 @@ class Hosted:
     topic_id: uuid.UUID
     log: PartitionLog
     leads: bool
+    leader_epoch: int = 0  # the classic leadership's epoch (a switch's seal stamps it on the diskless batches)
+    classic_following: bool = False  # a replica fetcher still copies the classic part from the leader
+
+
+def seal_request(h: Hosted) -> InitDisklessLogRequest | None:
+    """The leader's seal of a partition the coordinator does not know yet: a classic partition switched to
+    diskless (KIP-1150), or a new diskless one whose creation did not reach the coordinator. The diskless log
+    starts at the classic log's end once every in-sync replica has it (high watermark = log end; no classic
+    append comes any more: produce goes to the WAL), with the classic producers' states and the leader's epoch.
+    None while the followers catch up."""
+    plog = h.log
+    if plog.high_watermark != plog.log_end_offset:
+        return None
+    producers = tuple(
+        InitProducer(e.producer_id, e.producer_epoch, e.coordinator_epoch,
+                     tuple((b.first_seq, b.last_seq, b.first_offset, b.timestamp) for b in e.batch_metadata),
+                     e.current_txn_first_offset)
+        for e in plog.producer_state.producers.values() if e.producer_epoch >= 0)
+    epoch = max(h.leader_epoch, plog.leader_epoch_cache.latest_epoch or 0)
+    return InitDisklessLogRequest(h.topic_id, h.tp.topic, h.tp.partition, plog.log_end_offset,
+                                  plog.log_start_offset, epoch, producers)
 
 
 class Consolidator:
@@ -85,8 +108,13 @@ class Consolidator:
 
     def __init__(self, hosted: Callable[[], list[Hosted]], query: Query, execute: Execute, read: Read,
                  notify: Callable[[TopicPartition], None], now_ms: Callable[[], int], max_bytes: int,
-                 prune_interval_ms: int) -> None:
+                 prune_interval_ms: int, stop_following: Callable[[TopicPartition], None] = lambda tp: None,
+                 consolidating: set[TopicPartition] | None = None) -> None:
+        """``consolidating``: where the partitions consolidating here are recorded (the replica manager keeps
+        them in the ISR)."""
         self._hosted = hosted
+        self._consolidating = consolidating if consolidating is not None else set()
+        self._stop_following = stop_following
         self._query = query
         self._execute = execute
         self._read = read
@@ -101,20 +129,37 @@ class Consolidator:
         """Consolidate what the coordinator committed since the last run; the leaders' pruning once per
         ``prune_interval_ms``. Returns the number of batches appended (0: caught up)."""
         hosted = self._hosted()
+        self._consolidating.intersection_update(h.tp for h in hosted)  # a topic deleted, or no longer hosted here
         if not hosted:
             return 0
         parts = [TopicIdPartition(h.topic_id, h.tp.partition) for h in hosted]
         infos: list[LogInfo] = await self._query(lambda s: s.get_logs(parts))
         wanted: list[tuple[Hosted, LogInfo]] = []
         lag = 0
+        seals = []
         for h, info in zip(hosted, infos, strict=True):
             if info.error != ErrorCode.NONE:
+                if info.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and h.leads:
+                    seal = seal_request(h)
+                    if seal is not None:
+                        seals.append(seal)
                 continue
+            self._consolidating.add(h.tp)
+            if h.classic_following:
+                if h.log.log_end_offset < info.diskless_start_offset:
+                    continue  # a switched partition's follower still copying the classic part up to the seal
+                self._stop_following(h.tp)
             self._align(h, info)
             if h.log.log_end_offset < info.high_watermark:
                 wanted.append((h, info))
                 lag += info.high_watermark - h.log.log_end_offset
         self.stats.lag_offsets = lag
+        if seals:
+            created = await self._execute("init_diskless_log", seals)
+            self.stats.seals += sum(1 for r in created if r.created)
+            for r in created:
+                if r.created:
+                    log.info("%s-%d: diskless from now on (classic-to-diskless switch sealed)", r.topic_id, r.partition)
         appended = 0
         if wanted:
             appended = await self._consolidate(wanted)
@@ -137,7 +182,7 @@ class Consolidator:
             log.info("%s: local log ends at %d, the WAL starts at %d: restarting it there (below: remote tier)",
                      h.tp, plog.log_end_offset, info.log_start_offset)
             plog.restart_above_remote_tier(info.log_start_offset, min(cross, info.log_start_offset),
-                                           DISKLESS_LEADER_EPOCH)
+                                           info.leader_epoch)
             self.stats.restarts += 1
         elif cross > plog.log_start_offset:
             plog.maybe_increment_log_start_offset(cross)

@@ -32,11 +32,11 @@ from strata.diskless.coordinator.api import (
     AdvanceLogStartRequest,
     CommitBatchResponse,
     CommitFileRequest,
-    CreatePartitionsRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     EnforceRetentionRequest,
     FindBatchRequest,
+    InitDisklessLogRequest,
     IsolationLevel,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -78,7 +78,9 @@ class DisklessStats:
 class DisklessService:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, topics: Any, store: ObjectStore,
                  clock: Clock, clustered: bool, create_topic: CreateTopic, live_brokers: Callable[[], int],
-                 forward: Forward | None = None, truncate: Callable[[int], int] | None = None) -> None:
+                 forward: Forward | None = None, truncate: Callable[[int], int] | None = None,
+                 classic_following: Callable[[TopicPartition], bool] = lambda tp: False,
+                 stop_following: Callable[[TopicPartition], None] = lambda tp: None) -> None:
         self.config = config
         self.dc = config.diskless
         self.replicas = replicas
@@ -89,6 +91,7 @@ class DisklessService:
         self._create_topic = create_topic
         self._live_brokers = live_brokers
         self._truncate = truncate
+        self._classic_following = classic_following  # a switched partition's follower still fetching its classic part
         self.snapshot_prefix = f"{self.dc.object_key_prefix}/coordinator"
         self._last_snapshot = -1
         self.coordinator = JournaledControlPlane(MetadataTopicLog(replicas, clustered, forward),
@@ -108,7 +111,8 @@ class DisklessService:
             clock=clock, on_uploaded=self.cache.prefill)
         self.consolidator = Consolidator(self._hosted, self.coordinator.query, self.coordinator.execute,
                                          self.reader.read, replicas.notify, clock.milliseconds,
-                                         self.dc.consolidation_fetch_max_bytes, self.dc.consolidation_prune_interval_ms)
+                                         self.dc.consolidation_fetch_max_bytes, self.dc.consolidation_prune_interval_ms,
+                                         stop_following, replicas.consolidating)
         self._committed = asyncio.Event()
         self._opening = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -117,6 +121,10 @@ class DisklessService:
         self.log_infos: dict[tuple[uuid.UUID, int], LogInfo] = {}  # the coordinator's view, for /v1/tiers
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
     def metadata_topic_configs(self) -> dict[str, str]:
         """The command log keeps every command until snapshots let it be truncated."""
@@ -182,12 +190,8 @@ class DisklessService:
         self._tasks.append(loop.create_task(self._periodically(self.config.log_retention_check_interval_ms,
                                                                self.enforce_retention, "retention"),
                                             name="diskless-retention"))
-        known = {(log_info.topic_id, log_info.partition) for log_info in await self._all_logs()}
-        missing = [CreatePartitionsRequest(info.topic_id, info.name, info.partitions) for info in self.topics
-                   if self.is_diskless(info.name)
-                   and any((info.topic_id, p) not in known for p in range(info.partitions))]
-        if missing:  # created while the coordinator was down (or a crash right after the registry write)
-            await self.coordinator.execute("create_partitions", missing)
+        # A partition the coordinator does not know (created while it was down, or a classic topic switched to
+        # diskless) is initialized by its leader's consolidator, at its classic log's end (see seal_request).
         log.info("diskless coordinator ready (applied up to offset %d of %s)", applied, DISKLESS_METADATA_TOPIC)
 
     async def _all_logs(self) -> list[LogInfo]:
@@ -243,12 +247,17 @@ class DisklessService:
             for p in range(info.partitions):
                 part = partitions.get(TopicPartition(info.name, p))
                 if part is not None:
-                    out.append(Hosted(part.tp, info.topic_id, part.log, part.is_leader or not self.clustered))
+                    out.append(Hosted(part.tp, info.topic_id, part.log, part.is_leader or not self.clustered,
+                                      part.leader_epoch, self._classic_following(part.tp)))
         return out
 
-    async def on_topic_created(self, name: str, topic_id: uuid.UUID, partitions: int) -> None:
+    async def on_topic_created(self, name: str, topic_id: uuid.UUID, partitions: int, first_new: int = 0) -> None:
+        """A diskless topic created (or partitions ``first_new..`` added): they start empty, at offset 0 and
+        leader epoch 0. Partitions that existed before are left alone: an added partition must not
+        initialize one whose classic-to-diskless switch is still pending at 0 (its leader seals it)."""
         await self.ensure_started()
-        await self.coordinator.execute("create_partitions", [CreatePartitionsRequest(topic_id, name, partitions)])
+        await self.coordinator.execute("init_diskless_log", [
+            InitDisklessLogRequest(topic_id, name, p, 0, 0, 0) for p in range(first_new, partitions)])
 
     async def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
         if self._started:
@@ -425,6 +434,14 @@ class DisklessService:
         if not requests or all(r.retention_bytes < 0 and r.retention_ms < 0 for r in requests):
             return 0
         results = await self.coordinator.execute("enforce_retention", (requests, RETENTION_MAX_BATCHES))
+        # Expired WAL batches expire the partition up to them: older data (consolidated, tiered) is older still
+        # (Kafka's retention deletes from the oldest segment on), so the cross-tier log start follows, and every
+        # replica's consolidated log with it.
+        moved = [AdvanceLogStartRequest(r.topic_id, r.partition, r.log_start_offset) for r in results
+                 if r.error == ErrorCode.NONE and r.batches_deleted]
+        if moved:
+            await self.coordinator.execute("advance_log_start", moved)
+            self._notify_commit()
         deleted = sum(r.batches_deleted for r in results)
         if deleted:
             log.info("retention deleted %d diskless batches (%d bytes)", deleted, sum(r.bytes_deleted for r in results))

@@ -70,6 +70,9 @@ class ReplicaManager:
         # Called with (tp, transition, partition) after a role change: fetchers, coordinators, tiering.
         self.on_transition: list[Callable[[TopicPartition, str, Partition], None]] = []
         self.on_isr_change: list[Callable[[str], None]] = []  # "shrink" / "expand": the metrics count them
+        # Diskless partitions whose replicas consolidate from the coordinator (not by fetching from the leader):
+        # they stay in the ISR. Set by the diskless service; a classic partition being switched is not in it yet.
+        self.consolidating: set[TopicPartition] = set()
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._isr_tasks: set[asyncio.Task[None]] = set()
 
@@ -288,8 +291,8 @@ class ReplicaManager:
     def maybe_shrink_isr(self, max_lag_ms: int) -> None:
         """Kafka's periodic ``maybeShrinkIsr``: drop followers that have not caught up in ``max_lag_ms``."""
         now = self.clock.milliseconds()
-        for part in list(self.partitions.values()):
-            if not part.is_leader or part.isr_change_in_flight or part.log.config.diskless_enable:
+        for tp, part in list(self.partitions.items()):
+            if not part.is_leader or part.isr_change_in_flight or tp in self.consolidating:
                 continue  # diskless: replicas consolidate from the coordinator, never fetch from the leader
             lagging = part.out_of_sync_replicas(now, max_lag_ms)
             if lagging:

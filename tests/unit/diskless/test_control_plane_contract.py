@@ -40,6 +40,9 @@ from strata.diskless.coordinator.api import (
     EnforceRetentionResponse,
     FileAlreadyCommittedError,
     FindBatchRequest,
+    InitDisklessLogRequest,
+    InitDisklessLogResponse,
+    InitProducer,
     InvalidCommitError,
     PruneBatchesRequest,
     PruneBatchesResponse,
@@ -618,3 +621,43 @@ def test_no_operation_reads_the_wall_clock(cp: ControlPlane, monkeypatch: pytest
     list_offset(cp, 0)
     deletable(cp)
     cp.delete_topic(T1, now_ms=NOW)
+
+
+# -- the classic-to-diskless switch (init at the seal) -----------------------------------------
+
+
+def init(cp: ControlPlane, seal: int, *, start: int = 0, epoch: int = 4, partition: int = 0,
+         producers: tuple[InitProducer, ...] = ()) -> InitDisklessLogResponse:
+    return cp.init_diskless_log([InitDisklessLogRequest(T1, "topic-1", partition, seal, start, epoch, producers)],
+                                now_ms=NOW)[0]
+
+
+def test_a_switched_partition_starts_at_its_seal_and_serves_its_epoch(cp: ControlPlane) -> None:
+    assert init(cp, 120, start=20).created
+    info = log_info(cp)
+    assert (info.log_start_offset, info.high_watermark, info.last_stable_offset) == (120, 120, 120)
+    assert (info.diskless_start_offset, info.remote_log_start_offset, info.leader_epoch) == (120, 20, 4)
+    assert list_offset(cp, -2).offset == 20  # the partition starts in its classic (tiered) part
+    assert [x.assigned_base_offset for x in commit(cp, batch(0, 3))] == [120]
+    f = find(cp, 0, 120)
+    assert offsets(f) == [(120, 122)] and f.leader_epoch == 4
+    assert find(cp, 0, 119).error == E.OFFSET_OUT_OF_RANGE  # below the seal: the classic log serves it
+    # a second init (another broker, a retry) changes nothing
+    assert not init(cp, 500, epoch=9).created
+    assert (log_info(cp).high_watermark, log_info(cp).leader_epoch) == (123, 4)
+
+
+def test_classic_producers_carry_on_across_the_seal(cp: ControlPlane) -> None:
+    producers = (InitProducer(7, 2, 0, ((0, 4, 90, 11), (5, 9, 95, 12))),  # idempotent, sequences 0-9
+                 InitProducer(8, 1, 3, ((0, 0, 100, 13),), txn_first_offset=100))  # an open transaction
+    init(cp, 101, producers=producers)
+    assert log_info(cp).last_stable_offset == 100  # held by the open transaction from the classic part
+    dup = commit(cp, batch(0, 5, pid=7, epoch=2, seq=5))[0]  # a retry of the last classic batch
+    assert (dup.is_duplicate, dup.assigned_base_offset, dup.batch_timestamp) == (True, 95, 12)
+    assert commit(cp, batch(0, 2, pid=7, epoch=2, seq=10))[0].assigned_base_offset == 101  # the next sequence
+    assert commit(cp, batch(0, 1, pid=7, epoch=2, seq=20))[0].error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    r = commit(cp, marker(0, 8, 1, ABORT, coordinator_epoch=3))[0]
+    assert r.error == E.NONE
+    info = log_info(cp)
+    assert info.last_stable_offset == info.high_watermark == 104
+    assert find(cp, 0, 101, isolation=RC).aborted_transactions == (AbortedTxn(8, 100, 103),)

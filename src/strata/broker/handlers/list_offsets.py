@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.diskless.coordinator.api import ListOffsetsRequest as DisklessListOffsets
-from strata.diskless.reader.complete import DISKLESS_LEADER_EPOCH
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.log.partition_log import ListOffsetsSpec, PartitionLog
 from strata.log.segment import TimestampAndOffset
@@ -134,8 +133,8 @@ async def _lookup(ctx: RequestContext, tp: TopicPartition, p: Any, committed: bo
 
 
 async def _diskless_lookup(ctx: RequestContext, tp: TopicPartition, timestamp: int, committed: bool) -> dict[str, Any]:
-    """Any broker answers a diskless partition from the coordinator, whose offsets are the partition's (leader
-    epoch 0: one epoch for its diskless life). Timestamps are searched in this broker's consolidated replica
+    """Any broker answers a diskless partition from the coordinator, whose offsets are the partition's (with
+    its one diskless leader epoch). Timestamps are searched in this broker's consolidated replica
     first, when it has one (local log and remote tier: the prefix the WAL may have pruned), then in the WAL."""
     diskless, info = ctx.broker.diskless, ctx.broker.topics.get(tp.topic)
     assert diskless is not None and info is not None
@@ -147,7 +146,7 @@ async def _diskless_lookup(ctx: RequestContext, tp: TopicPartition, timestamp: i
         if timestamp == ListOffsetsSpec.LATEST_TIERED:
             consolidated = plog.fetch_offset_by_timestamp(timestamp)
             return {"timestamp": -1, "offset": -1 if consolidated is None else consolidated.offset,
-                    "leader_epoch": DISKLESS_LEADER_EPOCH if consolidated is not None else -1}
+                    "leader_epoch": _epoch(consolidated)}
         if timestamp == ListOffsetsSpec.MAX_TIMESTAMP:
             consolidated = await _max_timestamp(ctx, tp, plog)
         else:
@@ -156,16 +155,22 @@ async def _diskless_lookup(ctx: RequestContext, tp: TopicPartition, timestamp: i
             consolidated = None
         if consolidated is not None and timestamp >= 0:  # the first match: the consolidated range is a prefix
             return {"timestamp": consolidated.timestamp, "offset": consolidated.offset,
-                    "leader_epoch": DISKLESS_LEADER_EPOCH}
+                    "leader_epoch": _epoch(consolidated)}
     (found,) = await diskless.list_offsets([DisklessListOffsets(info.topic_id, tp.partition, timestamp)], committed)
     if found.error:
         raise ApiError(found.error, f"{tp}: {found.error.name}")
     if consolidated is not None and (found.offset < 0 or consolidated.timestamp >= found.timestamp):
         # MAX_TIMESTAMP: the larger one; on a tie the earlier offset, which the consolidated prefix holds
         return {"timestamp": consolidated.timestamp, "offset": consolidated.offset,
-                "leader_epoch": DISKLESS_LEADER_EPOCH}
-    return {"timestamp": found.timestamp, "offset": found.offset,
-            "leader_epoch": DISKLESS_LEADER_EPOCH if found.offset >= 0 else -1}
+                "leader_epoch": _epoch(consolidated)}
+    epoch = -1
+    if found.offset >= 0:  # the partition's diskless epoch (a switched one's: its seal's)
+        epoch = (await diskless.log_info(info.topic_id, tp.partition)).leader_epoch
+    return {"timestamp": found.timestamp, "offset": found.offset, "leader_epoch": epoch}
+
+
+def _epoch(found: TimestampAndOffset | None) -> int:
+    return -1 if found is None or found.leader_epoch is None else found.leader_epoch
 
 
 @handles(LIST_OFFSETS)

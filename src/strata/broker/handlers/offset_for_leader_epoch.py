@@ -11,7 +11,6 @@ from typing import Any
 
 from strata.broker.dispatch import RequestContext, handles
 from strata.common import TopicPartition
-from strata.diskless.reader.complete import DISKLESS_LEADER_EPOCH
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 
@@ -19,17 +18,21 @@ OFFSET_FOR_LEADER_EPOCH = 23
 
 
 async def _diskless_epoch_end(ctx: RequestContext, tp: TopicPartition, epoch: int) -> dict[str, Any]:
-    """A diskless partition has one leader epoch, 0 (the epoch of every batch it serves), ending at the
-    coordinator's high watermark; any broker answers. A consumer validating its position after a metadata
-    change (KIP-320) so never sees a truncation that did not happen."""
+    """A diskless partition's batches all carry one leader epoch (0, or a switched partition's epoch at its
+    seal), which ends at the coordinator's high watermark; any broker answers it. An older epoch of a switched
+    partition's classic part ends where its local replica's epoch history says (a replica answers; another
+    broker sends the client to one). A consumer validating its position after a metadata change (KIP-320)
+    so never sees a truncation that did not happen."""
     diskless, info = ctx.broker.diskless, ctx.broker.topics.get(tp.topic)
     assert diskless is not None and info is not None
-    if epoch < DISKLESS_LEADER_EPOCH:
-        return {"leader_epoch": -1, "end_offset": -1}
     found = await diskless.log_info(info.topic_id, tp.partition)
     if found.error:
         raise ApiError(found.error, f"{tp}: {found.error.name}")
-    return {"leader_epoch": DISKLESS_LEADER_EPOCH, "end_offset": found.high_watermark}
+    if epoch >= found.leader_epoch:
+        return {"leader_epoch": found.leader_epoch, "end_offset": found.high_watermark}
+    plog = ctx.broker.replicas.partition(tp).log  # NOT_LEADER_OR_FOLLOWER without a replica here
+    answered, end = plog.leader_epoch_cache.end_offset_for(epoch, plog.log_end_offset)
+    return {"leader_epoch": answered, "end_offset": end}
 
 
 @handles(OFFSET_FOR_LEADER_EPOCH)

@@ -221,6 +221,7 @@ class FindBatchResponse:
     high_watermark: int = NO_OFFSET
     last_stable_offset: int = NO_OFFSET
     aborted_transactions: tuple[AbortedTxn, ...] = ()
+    leader_epoch: int = 0  # stamped on the batches served
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +297,46 @@ class LogInfo:
     byte_size: int = 0
     remote_log_start_offset: int | None = None
     earliest_batch_timestamp: int | None = None
+    diskless_start_offset: int = 0  # the seal of a switched partition (0: diskless since its creation)
+    leader_epoch: int = 0  # the epoch of every diskless batch it serves (a switched partition's: the seal's)
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducer:
+    """A classic partition's producer at the seal: its epochs, the last batches of its idempotence window
+    (``(base_sequence, last_sequence, base_offset, timestamp)``, oldest first) and the first offset of its
+    open transaction, if any."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    batches: tuple[tuple[int, int, int, int], ...] = ()
+    txn_first_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InitDisklessLogRequest:
+    """A classic partition switched to diskless (KIP-1150's seal): its diskless log starts at ``seal_offset``
+    (the classic log's end, every in-sync replica caught up), the partition itself at ``log_start_offset``
+    (the classic part, tiered); its producers carry on (sequences, epochs, an open transaction); and every
+    diskless batch carries ``leader_epoch`` (the classic epochs stay below it, so consumers validating their
+    position never see a truncation). A partition already initialized is left alone (``created`` False)."""
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partition: int
+    seal_offset: int
+    log_start_offset: int
+    leader_epoch: int
+    producers: tuple[InitProducer, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InitDisklessLogResponse:
+    error: ErrorCode
+    topic_id: uuid.UUID
+    partition: int
+    created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +441,12 @@ class ControlPlane(Protocol):
         ...
 
     def get_logs(self, partitions: Sequence[TopicIdPartition]) -> list[LogInfo]: ...
+
+    def init_diskless_log(
+        self, requests: Sequence[InitDisklessLogRequest], *, now_ms: int
+    ) -> list[InitDisklessLogResponse]:
+        """Create switched partitions at their seal (see :class:`InitDisklessLogRequest`)."""
+        ...
 
     def prune_batches_below_highest_tiered_offset(
         self, requests: Sequence[PruneBatchesRequest], *, now_ms: int

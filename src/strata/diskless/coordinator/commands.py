@@ -25,6 +25,8 @@ from strata.diskless.coordinator.api import (
     CreatePartitionsRequest,
     DeleteRecordsRequest,
     EnforceRetentionRequest,
+    InitDisklessLogRequest,
+    InitProducer,
     PruneBatchesRequest,
     TimestampType,
 )
@@ -78,6 +80,10 @@ def _encode_args(kind: str, args: Any) -> Any:
         requests, max_batches = args
         return {"max": max_batches,
                 "requests": [[str(r.topic_id), r.partition, r.retention_bytes, r.retention_ms] for r in requests]}
+    if kind == "init_diskless_log":
+        return [[str(r.topic_id), r.topic_name, r.partition, r.seal_offset, r.log_start_offset, r.leader_epoch,
+                 [[p.producer_id, p.producer_epoch, p.coordinator_epoch, [list(b) for b in p.batches],
+                   p.txn_first_offset] for p in r.producers]] for r in args]
     if kind == "prune_batches":
         return [[str(r.topic_id), r.partition, r.highest_tiered_offset] for r in args]
     if kind == "advance_log_start":
@@ -101,6 +107,10 @@ def _decode_args(kind: str, v: Any) -> Any:
         return [DeleteRecordsRequest(uuid.UUID(t), p, o) for t, p, o in v]
     if kind == "enforce_retention":
         return ([EnforceRetentionRequest(uuid.UUID(t), p, b, ms) for t, p, b, ms in v["requests"]], v["max"])
+    if kind == "init_diskless_log":
+        return [InitDisklessLogRequest(uuid.UUID(t), name, p, seal, start, epoch, tuple(
+            InitProducer(pid, pe, ce, tuple(tuple(b) for b in batches), first)
+            for pid, pe, ce, batches, first in producers)) for t, name, p, seal, start, epoch, producers in v]
     if kind == "prune_batches":
         return [PruneBatchesRequest(uuid.UUID(t), p, o) for t, p, o in v]
     if kind == "advance_log_start":
@@ -142,6 +152,7 @@ _APPLY: dict[str, Callable[[ControlPlane, Command], Any]] = {
     "delete_records": lambda p, c: p.delete_records(c.args, now_ms=c.now_ms),
     "enforce_retention": lambda p, c: p.enforce_retention(c.args[0], now_ms=c.now_ms,
                                                           max_batches_per_partition=c.args[1]),
+    "init_diskless_log": lambda p, c: p.init_diskless_log(c.args, now_ms=c.now_ms),
     "prune_batches": lambda p, c: p.prune_batches_below_highest_tiered_offset(c.args, now_ms=c.now_ms),
     "advance_log_start": lambda p, c: p.advance_cross_tier_log_start(c.args, now_ms=c.now_ms),
     "delete_topic": lambda p, c: p.delete_topic(c.args, now_ms=c.now_ms),

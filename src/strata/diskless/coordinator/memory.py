@@ -33,6 +33,8 @@ from strata.diskless.coordinator.api import (
     FileToDelete,
     FindBatchRequest,
     FindBatchResponse,
+    InitDisklessLogRequest,
+    InitDisklessLogResponse,
     IsolationLevel,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -70,6 +72,7 @@ class _Log:
     diskless_start_offset: int = 0
     remote_log_start_offset: int | None = None
     earliest_batch_timestamp: int | None = None
+    leader_epoch: int = 0
     batches: list[BatchInfo] = field(default_factory=list)  # offset order == commit order
     producers: dict[int, rules.ProducerState] = field(default_factory=dict)
     ongoing: dict[int, int] = field(default_factory=dict)  # producer id -> first offset of its transaction
@@ -77,7 +80,8 @@ class _Log:
 
     def last_stable_offset(self) -> int:
         first = min(self.ongoing.values(), default=None)
-        return rules.last_stable_offset(self.log_start_offset, self.high_watermark, first)
+        start = self.log_start_offset if self.remote_log_start_offset is None else self.remote_log_start_offset
+        return rules.last_stable_offset(start, self.high_watermark, first)
 
 
 class InMemoryControlPlane:
@@ -96,6 +100,26 @@ class InMemoryControlPlane:
         for req in requests:
             for p in range(req.num_partitions):
                 self._logs.setdefault(TopicIdPartition(req.topic_id, p), _Log(req.topic_name))
+
+    def init_diskless_log(self, requests: Sequence[InitDisklessLogRequest], *,
+                          now_ms: int) -> list[InitDisklessLogResponse]:
+        out = []
+        for req in requests:
+            tp = TopicIdPartition(req.topic_id, req.partition)
+            if tp in self._logs:
+                out.append(InitDisklessLogResponse(ErrorCode.NONE, req.topic_id, req.partition, created=False))
+                continue
+            seal = req.seal_offset
+            log = self._logs[tp] = _Log(req.topic_name, log_start_offset=seal, high_watermark=seal,
+                                        diskless_start_offset=seal,
+                                        remote_log_start_offset=min(req.log_start_offset, seal),
+                                        leader_epoch=req.leader_epoch)
+            for producer in req.producers:
+                log.producers[producer.producer_id] = rules.init_producer_state(producer)
+                if producer.txn_first_offset is not None:
+                    log.ongoing[producer.producer_id] = producer.txn_first_offset
+            out.append(InitDisklessLogResponse(ErrorCode.NONE, req.topic_id, req.partition, created=True))
+        return out
 
     def commit_file(self, request: CommitFileRequest, *, now_ms: int) -> list[CommitBatchResponse]:
         rules.validate_commit(request)
@@ -270,7 +294,7 @@ class InMemoryControlPlane:
             if read_committed and batches:
                 aborted = rules.overlapping_aborted(log.aborted, req.offset, batches[-1].last_offset + 1)
             out.append(FindBatchResponse(error, req.topic_id, req.partition, batches, log.log_start_offset,
-                                         log.high_watermark, lso, aborted))
+                                         log.high_watermark, lso, aborted, log.leader_epoch))
         return out
 
     @staticmethod
@@ -317,7 +341,8 @@ class InMemoryControlPlane:
                 continue
             out.append(LogInfo(ErrorCode.NONE, tp.topic_id, tp.partition, log.topic_name, log.log_start_offset,
                                log.high_watermark, log.last_stable_offset(), log.byte_size,
-                               log.remote_log_start_offset, log.earliest_batch_timestamp))
+                               log.remote_log_start_offset, log.earliest_batch_timestamp,
+                               log.diskless_start_offset, log.leader_epoch))
         return out
 
     # -- state comparison ------------------------------------------------------------------------
@@ -329,7 +354,8 @@ class InMemoryControlPlane:
         for tp in sorted(self._logs, key=lambda tp: (str(tp.topic_id), tp.partition)):
             log, key = self._logs[tp], (str(tp.topic_id), tp.partition)
             logs.append((*key, log.topic_name, log.log_start_offset, log.high_watermark, log.byte_size,
-                         log.diskless_start_offset, log.remote_log_start_offset, log.earliest_batch_timestamp))
+                         log.diskless_start_offset, log.remote_log_start_offset, log.earliest_batch_timestamp,
+                         log.leader_epoch))
             for pid in sorted(log.producers):
                 state = log.producers[pid]
                 producers.append((*key, pid, state.producer_epoch, state.coordinator_epoch))

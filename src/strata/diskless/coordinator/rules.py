@@ -24,6 +24,7 @@ from strata.diskless.coordinator.api import (
     CommitBatchRequest,
     CommitFileRequest,
     ControlRecordType,
+    InitProducer,
     InvalidCommitError,
     IsolationLevel,
     ListOffsetsRequest,
@@ -53,6 +54,14 @@ class ProducerState(NamedTuple):
     coordinator_epoch: int
     window: tuple[ProducerBatch, ...]
     txn_first_offset: int | None
+
+
+def init_producer_state(producer: InitProducer) -> ProducerState:
+    """A classic producer's state at a switch's seal (an ``api.InitProducer``) as the coordinator keeps it:
+    the last batches of its window (at most five), its epochs and its open transaction."""
+    window = tuple(ProducerBatch(producer.producer_epoch, base_seq, last_seq, offset, ts)
+                   for base_seq, last_seq, offset, ts in producer.batches[-NUM_BATCHES_TO_RETAIN:])
+    return ProducerState(producer.producer_epoch, producer.coordinator_epoch, window, producer.txn_first_offset)
 
 
 class Verdict(NamedTuple):
@@ -227,7 +236,9 @@ class FetchBudget:
 
 def last_stable_offset(log_start: int, high_watermark: int, first_ongoing: int | None) -> int:
     """The first offset of the earliest ongoing transaction, else the high watermark; never below the
-    log start (Kafka raises the first unstable offset to the log start when records are deleted)."""
+    log start (Kafka raises the first unstable offset to the log start when records are deleted). The log
+    start is the cross-tier one when there is one: a switched partition's open transaction may have begun
+    in its classic part, below the WAL's start."""
     return high_watermark if first_ongoing is None else max(log_start, first_ongoing)
 
 

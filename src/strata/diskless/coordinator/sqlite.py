@@ -37,6 +37,8 @@ from strata.diskless.coordinator.api import (
     FileToDelete,
     FindBatchRequest,
     FindBatchResponse,
+    InitDisklessLogRequest,
+    InitDisklessLogResponse,
     IsolationLevel,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -118,6 +120,21 @@ class SqliteControlPlane:
             for req in requests:
                 for p in range(req.num_partitions):
                     q.create_log(TopicIdPartition(req.topic_id, p), req.topic_name)
+
+    def init_diskless_log(self, requests: Sequence[InitDisklessLogRequest], *,
+                          now_ms: int) -> list[InitDisklessLogResponse]:
+        out = []
+        with self._txn("IMMEDIATE") as q:
+            for req in requests:
+                tp = TopicIdPartition(req.topic_id, req.partition)
+                if q.log_offsets(tp) is not None:
+                    out.append(InitDisklessLogResponse(ErrorCode.NONE, req.topic_id, req.partition, created=False))
+                    continue
+                q.init_log(tp, req.topic_name, req.seal_offset, req.log_start_offset, req.leader_epoch)
+                for producer in req.producers:
+                    q.save_producer(tp, producer.producer_id, None, rules.init_producer_state(producer))
+                out.append(InitDisklessLogResponse(ErrorCode.NONE, req.topic_id, req.partition, created=True))
+        return out
 
     def commit_file(self, request: CommitFileRequest, *, now_ms: int) -> list[CommitBatchResponse]:
         rules.validate_commit(request)
@@ -293,7 +310,7 @@ class SqliteControlPlane:
                 if read_committed and batches:
                     aborted = q.aborted_overlapping(tp, req.offset, batches[-1].last_offset + 1)
                 out.append(FindBatchResponse(ErrorCode.NONE, req.topic_id, req.partition, batches, start, hwm, lso,
-                                             aborted))
+                                             aborted, info.leader_epoch))
         return out
 
     def list_offsets(

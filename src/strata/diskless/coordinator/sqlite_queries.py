@@ -55,13 +55,21 @@ class Queries:
 
     def log_info(self, tp: TopicIdPartition) -> LogInfo | None:
         row = self._one("SELECT topic_name, log_start_offset, high_watermark, byte_size, remote_log_start_offset, "
-                        f"earliest_batch_timestamp, (SELECT MIN(first_offset) FROM ongoing_txns WHERE {_PART}) "
+                        "earliest_batch_timestamp, diskless_start_offset, leader_epoch, "
+                        f"(SELECT MIN(first_offset) FROM ongoing_txns WHERE {_PART}) "
                         f"FROM logs WHERE {_PART}", (*_key(tp), *_key(tp)))
         if row is None:
             return None
-        name, start, hwm, size, remote, earliest, first_ongoing = row
-        lso = rules.last_stable_offset(start, hwm, first_ongoing)
-        return LogInfo(ErrorCode.NONE, tp.topic_id, tp.partition, name, start, hwm, lso, size, remote, earliest)
+        name, start, hwm, size, remote, earliest, diskless_start, epoch, first_ongoing = row
+        lso = rules.last_stable_offset(start if remote is None else remote, hwm, first_ongoing)
+        return LogInfo(ErrorCode.NONE, tp.topic_id, tp.partition, name, start, hwm, lso, size, remote, earliest,
+                       diskless_start, epoch)
+
+    def init_log(self, tp: TopicIdPartition, topic_name: str, seal: int, log_start: int, leader_epoch: int) -> None:
+        self._conn.execute("INSERT INTO logs (topic_id, partition, topic_name, log_start_offset, high_watermark, "
+                           "byte_size, diskless_start_offset, remote_log_start_offset, leader_epoch) "
+                           "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                           (*_key(tp), topic_name, seal, seal, seal, min(log_start, seal), leader_epoch))
 
     def write_log_tail(self, tp: TopicIdPartition, high_watermark: int, byte_size: int) -> None:
         self._conn.execute(f"UPDATE logs SET high_watermark = ?, byte_size = ? WHERE {_PART}",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``logs.leader_epoch`` (the epoch of a switched partition's diskless batches)."""
 
 # topic_id is the UUID's canonical text: it sorts like the UUID and reads well in a debugging session.
 DDL = """
@@ -33,6 +34,7 @@ CREATE TABLE logs (
     diskless_start_offset INTEGER NOT NULL DEFAULT 0,
     remote_log_start_offset INTEGER,            -- cross-tier earliest offset; only moves forward
     earliest_batch_timestamp INTEGER,           -- effective timestamp of the first batch row, NULL if none
+    leader_epoch INTEGER NOT NULL DEFAULT 0,    -- stamped on its diskless batches (a switch's: the seal's epoch)
     PRIMARY KEY (topic_id, partition)
 ) WITHOUT ROWID;
 
@@ -135,10 +137,23 @@ def open_database(path: str) -> sqlite3.Connection:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version == 0:
         conn.executescript(f"BEGIN; {DDL} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+    elif version in _MIGRATIONS:
+        migrate(conn)
     elif version != SCHEMA_VERSION:
         conn.close()
         raise RuntimeError(f"diskless coordinator database {path} has schema {version}, expected {SCHEMA_VERSION}")
     return conn
+
+
+_MIGRATIONS = {1: "ALTER TABLE logs ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;"}
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring an older database (or snapshot) to :data:`SCHEMA_VERSION`, one step at a time."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    while version in _MIGRATIONS:
+        conn.executescript(f"BEGIN; {_MIGRATIONS[version]} PRAGMA user_version = {version + 1}; COMMIT;")
+        version += 1
 
 
 def configure(conn: sqlite3.Connection, *, wal: bool) -> None:
@@ -177,6 +192,7 @@ def restore(conn: sqlite3.Connection, data: bytes) -> None:
     scratch = sqlite3.connect(":memory:")
     try:
         scratch.deserialize(data)
+        migrate(scratch)
         version = scratch.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             raise ValueError(f"snapshot has schema {version}, expected {SCHEMA_VERSION}")

@@ -5,10 +5,10 @@ Per partition, in coordinate order (Inkless's ``FetchCompleter``):
 
 1. Copy each committed batch, or coalesced run of byte-adjacent batches, out of the object bytes.
 2. Walk its physical batches: check framing and the CRC (``ensure_valid``) *before* touching anything,
-   then write the absolute base offset and leader epoch 0 (outside the CRC'd range, so no reseal), and for LogAppendTime
-   batches the commit time as max timestamp (inside the CRC'd range: ``set_log_append_time`` sets the
-   timestamp-type bit and the timestamp and reseals the CRC). The walk must end exactly at the row's
-   ``last_offset`` and its byte end, else coordinator and object disagree.
+   then write the absolute base offset and the partition's leader epoch (outside the CRC'd range, so no
+   reseal), and for LogAppendTime batches the commit time as max timestamp (inside the CRC'd range:
+   ``set_log_append_time`` sets the timestamp-type bit and the timestamp and reseals the CRC). The walk
+   must end exactly at the row's ``last_offset`` and its byte end, else coordinator and object disagree.
 3. Stop at the first problem and keep what came before it.
 
 Why a problem with a prefix is answered as success: Kafka clients drop the records of a partition whose
@@ -37,8 +37,9 @@ from strata.protocol.records.batch import (
 )
 
 DISKLESS_LEADER_EPOCH = 0
-"""The leader epoch of every diskless batch served (and consolidated): a diskless partition has no leader,
-so one epoch covers its whole diskless life, as in Inkless; OffsetForLeaderEpoch answers it with the
+"""The leader epoch of every batch of a partition diskless since its creation: it has no leader, so one epoch
+covers its whole diskless life, as in Inkless. A switched partition's is the classic leader epoch at its seal
+(``FindBatchResponse.leader_epoch``), above its classic epochs. OffsetForLeaderEpoch answers it with the
 coordinator's high watermark."""
 
 Buffer = bytes | memoryview
@@ -121,7 +122,7 @@ def complete_partition(resp: FindBatchResponse, objects: Mapping[str, ObjectByte
     stop, message = ErrorCode.NONE, None
     for info in resp.batches:
         try:
-            _append(out, info, objects.get(info.object_key))
+            _append(out, info, objects.get(info.object_key), resp.leader_epoch)
         except _Stop as s:
             del out[s.keep:]
             stop, message = s.error, s.message
@@ -131,7 +132,7 @@ def complete_partition(resp: FindBatchResponse, objects: Mapping[str, ObjectByte
                          resp.last_stable_offset, resp.log_start_offset, resp.aborted_transactions, stop, message)
 
 
-def _append(out: bytearray, info: BatchInfo, source: ObjectBytes | None) -> None:
+def _append(out: bytearray, info: BatchInfo, source: ObjectBytes | None, leader_epoch: int) -> None:
     """Copy one coordinator row's bytes onto ``out`` and make them servable, or raise :class:`_Stop`."""
     start = len(out)
     where = f"object {info.object_key} bytes [{info.byte_offset}, {info.byte_offset + info.byte_size})"
@@ -150,7 +151,7 @@ def _append(out: bytearray, info: BatchInfo, source: ObjectBytes | None) -> None
         except (CorruptRecordError, UnsupportedForMessageFormatError) as e:
             raise _Stop(position, ErrorCode.CORRUPT_MESSAGE, f"{where} at offset {next_offset}: {e}") from None
         set_base_offset(out, position, next_offset)
-        set_partition_leader_epoch(out, position, DISKLESS_LEADER_EPOCH)
+        set_partition_leader_epoch(out, position, leader_epoch)
         if log_append_time:
             set_log_append_time(out, position, header.size, info.log_append_timestamp)
         next_offset += header.last_offset_delta + 1
