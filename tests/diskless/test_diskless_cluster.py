@@ -34,10 +34,7 @@ DATA_BYTES = 1500 * 1000
 def test_every_broker_takes_produce_and_nothing_is_replicated(zk_connect: str, tmp_path: Path,
                                                                seaweedfs: SeaweedFS) -> None:
     prefix = f"dl-{uuid.uuid4().hex[:8]}/"
-    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
-    props = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
-             "rsm.config.key.prefix": prefix, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0", **rsm}
+    props = s3_props(seaweedfs, prefix)
     with running_cluster(zk_connect, tmp_path, 3, props) as cluster:
         cluster.admin().create_topics([NewTopic("dl", 3, 3, config={"diskless.enable": "true"})])["dl"].result(60)
         # leaderless: a Produce to each broker for each partition is taken, whoever the "leader" is
@@ -98,6 +95,14 @@ def test_every_broker_takes_produce_and_nothing_is_replicated(zk_connect: str, t
         assert len(digests) == 1
 
 
+def s3_props(seaweedfs: SeaweedFS, prefix: str, **extra: str) -> dict[str, str]:
+    """A cluster's brokers on SeaweedFS's S3 under ``prefix``, tiering metadata on three replicas."""
+    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
+    return {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
+            "rsm.config.key.prefix": prefix, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+            "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0", **rsm, **extra}
+
+
 def _log_bytes(directory: Path) -> bytes:
     return b"".join(f.read_bytes() for f in sorted(directory.glob("*.log")))
 
@@ -123,14 +128,11 @@ def test_consolidation_tiers_prunes_the_bucket_and_survives_a_wiped_leader(zk_co
     it and prunes the WAL, the WAL objects leave the bucket (listed); the leader's whole disk wiped, every
     record is still read from offset 0, and the wiped broker's replica restarts at the WAL's start."""
     prefix = f"dlc-{uuid.uuid4().hex[:8]}/"
-    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
-    props = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
-             "rsm.config.key.prefix": prefix, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0",
-             "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-             "diskless.produce.commit.interval.ms": "50", "diskless.consolidation.interval.ms": "100",
-             "diskless.consolidation.prune.interval.ms": "300", "diskless.file.cleaner.interval.ms": "300",
-             "diskless.file.cleaner.retention.period.ms": "0", **rsm}
+    props = s3_props(seaweedfs, prefix, **{
+        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+        "diskless.produce.commit.interval.ms": "50", "diskless.consolidation.interval.ms": "100",
+        "diskless.consolidation.prune.interval.ms": "300", "diskless.file.cleaner.interval.ms": "300",
+        "diskless.file.cleaner.retention.period.ms": "0"})
     records = 2000
     with running_cluster(zk_connect, tmp_path, 3, props) as cluster:
         cluster.admin().create_topics([NewTopic("dl", 1, 3, config={
@@ -172,12 +174,8 @@ def test_a_replicated_classic_topic_switched_to_diskless(zk_connect: str, tmp_pa
     """KIP-1150's switch in the cluster: the leader seals the classic log once its followers have it all,
     followers stop fetching from it and consolidate from the coordinator, the idempotent producer carries on
     across the seal, and the three replicas end byte-identical (classic part copied, diskless part replayed)."""
-    prefix = f"dls-{uuid.uuid4().hex[:8]}/"
-    rsm = {f"rsm.config.{k}": str(v) for k, v in seaweedfs.rsm_config().items() if k != "broker.id"}
-    props = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
-             "rsm.config.key.prefix": prefix, "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0",
-             "diskless.produce.commit.interval.ms": "50", "diskless.consolidation.interval.ms": "100", **rsm}
+    props = s3_props(seaweedfs, f"dls-{uuid.uuid4().hex[:8]}/", **{
+        "diskless.produce.commit.interval.ms": "50", "diskless.consolidation.interval.ms": "100"})
     with running_cluster(zk_connect, tmp_path, 3, props) as cluster:
         cluster.admin().create_topics([NewTopic("sw", 2, 3)])["sw"].result(60)
         cluster.wait_full_isr("sw")

@@ -4,7 +4,16 @@ Kafka answers a connection's requests in the order they arrived, so requests are
 at a time per connection (clients pipeline up to ``max.in.flight`` requests; they queue in the
 socket buffer). A long-polling Fetch therefore holds only its own connection, and a client that
 stops reading its responses holds at most one response (the next request is read only once the
-last answer went out) until ``connections.max.idle.ms`` passes without progress. Handler errors
+last answer went out) until ``connections.max.idle.ms`` passes without progress.
+
+One exception: a produce with diskless partitions waits for a WAL commit shared by every request the
+broker takes in that commit interval. Its handler does its work in turn and returns a
+:class:`~strata.broker.dispatch.Deferred` for the wait; the connection then owes that answer and reads
+the next request at once, so a producer's pipelined requests join the same WAL object instead of one
+commit cycle each. Owed answers go out in request order (a task per connection sends them as they
+become ready), and every later answer goes out after them; at ``MAX_DEFERRED`` owed the connection
+stops reading until the oldest went out. With client quotas on, or over TLS (one task drives a TLS
+connection), a deferred answer is awaited in turn as before. Handler errors
 that escape (bugs) are logged and answered with the API's UNKNOWN_SERVER_ERROR response (or,
 for an API whose response has no top-level error code, by closing the connection), never
 allowed to kill the broker; framing violations, and requests for an API or version the broker
@@ -25,10 +34,11 @@ import ssl
 import struct
 import sys
 import threading
+from collections import deque
 from typing import Any, Protocol
 
 from strata.broker.authentication import SASL_MAX_RECEIVE_SIZE, Session, log_failure
-from strata.broker.dispatch import CloseConnection, RequestContext, Spliced, handlers, supported_versions
+from strata.broker.dispatch import CloseConnection, Deferred, RequestContext, Spliced, handlers, supported_versions
 from strata.broker.services import BrokerServices
 from strata.broker.throttling import Throttler, TimedCall, frame_size, with_throttle
 from strata.broker.transport import recv_into, send_bytes, sendfile_slice, tls_handshake, wrap_server
@@ -97,6 +107,18 @@ def _receive_buffer() -> memoryview:
 
 
 YIELD_EVERY_REQUESTS = 4  # buffered requests a connection serves before it lets the event loop run others
+MAX_DEFERRED = 32  # answers a connection may owe behind a deferred one before it stops reading requests
+SASL_APIS = (17, 36)  # SaslHandshake, SaslAuthenticate: their answer changes how the connection reads
+
+
+class _Close:
+    """An answer that is no answer: close the connection once every earlier answer went out."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
 
 class ClientConnection:
     """``session``: the listener's security state for this connection; ``tls``: the listener's server
@@ -125,6 +147,16 @@ class ClientConnection:
         self._reading = False
         self._sending = False
         self._closed_idle = False
+        # Answers still owed, in request order, once a handler deferred one (dispatch.Deferred): (request,
+        # the task running its deferred part), or (None, encoded parts) for an answer ready behind them.
+        # ``_sender`` sends them in turn. Plaintext only: one task at a time drives a TLS connection
+        # (transport.TlsSocket).
+        self._pipelining = tls is None
+        self._answers: deque[tuple[Request | None, Any]] = deque()
+        self._sender: asyncio.Task[None] | None = None
+        self._answer_sent: asyncio.Future[None] | None = None  # woken by the sender after each answer
+        self._closing = False  # the sender ends the connection (a deferred CloseConnection, a failed send)
+        self._close_reason: str | None = None
         tune_allocator()
 
     async def run(self) -> None:
@@ -171,6 +203,8 @@ class ClientConnection:
                     continue
                 assert isinstance(event, Request)
                 if not await self._serve(event):
+                    if self._answers:  # closing after this request: what earlier ones are owed goes out first
+                        await self._wait_owed_below(1)
                     return
                 self._last_active = loop.time()
                 served += 1
@@ -181,18 +215,26 @@ class ClientConnection:
                     served = 0
                     await asyncio.sleep(0)
         except asyncio.CancelledError:
-            if not self._closed_idle:
+            if self._closing:
+                if self._close_reason is not None:
+                    log.info("closing connection from %s: %s", self.peer, self._close_reason)
+            elif self._closed_idle:
+                log.info("closing idle connection from %s", self.peer)
+            else:
                 raise
-            log.info("closing idle connection from %s", self.peer)
         except (ConnectionError, OSError) as e:
             log.debug("connection from %s ended: %s", self.peer, e)
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             try:
-                self.sock.close()
-            except OSError:
-                pass
+                if self._answers or self._sender is not None:
+                    await self._abandon_answers()
+            finally:
+                try:
+                    self.sock.close()
+                except OSError:
+                    pass
 
     async def _start_tls(self) -> bool:
         """The TLS handshake (under the idle timer); the client certificate's principal on SSL listeners."""
@@ -286,6 +328,8 @@ class ClientConnection:
         if request.body is None:  # ApiVersions at a version it does not speak (any other API: closed by decoding)
             log.debug("ApiVersions v%d from %s is not supported: answering v0 with UNSUPPORTED_VERSION",
                       request.api_version, self.peer)
+            if self._answers and not await self._wait_owed_below(1):
+                return False
             await self._send([api_versions_unsupported_response(cid, self._supported)])
             return True
         session = self.session
@@ -308,11 +352,17 @@ class ClientConnection:
             if throttler.quotas.enabled:
                 call = TimedCall(spec.fn(ctx, request.body)) if throttler.times(request) else None
                 response = await (call if call is not None else spec.fn(ctx, request.body))
+                if type(response) is Deferred:  # quotas charge and mute per request: answered here, in turn
+                    response = await self._inline(response, call)
                 throttle_ms = throttler.before_response(request, session.principal, call.busy_s if call else 0.0)
                 if throttle_ms and response is not None:
                     response = with_throttle(response, throttle_ms)
             else:
                 response = await spec.fn(ctx, request.body)
+                if type(response) is Deferred:
+                    if self._pipelining:
+                        return await self._defer(request, response)
+                    response = await self._inline(response, None)
             if response is None:  # acks=0 produce: no answer (muted all the same when over its quota)
                 if throttle_ms:
                     await asyncio.sleep(throttle_ms / 1000)
@@ -339,6 +389,11 @@ class ClientConnection:
                 # success with nothing in it, so close instead (the client retries elsewhere).
                 return False
             parts = encode_response(error, cid)
+        if self._answers:  # earlier answers are still owed: this one goes out after them
+            if not throttle_ms and session.close_after_send_s is None and request.api_key not in SASL_APIS:
+                return await self._owe(None, parts)
+            if not await self._wait_owed_below(1):  # it changes the connection once sent: in turn, here
+                return False
         await self._send(parts)
         if throttle_ms:  # KIP-219: the response is out, the channel stays muted for the throttle time
             await asyncio.sleep(throttle_ms / 1000)
@@ -352,6 +407,119 @@ class ClientConnection:
             elif request.api_key == 36 and state.authenticated and state.server is None:
                 self._authenticated()
         return True
+
+    # -- pipelined answers (a handler's Deferred) --------------------------------------------------
+
+    async def _inline(self, deferred: Deferred, call: TimedCall | None) -> Any:
+        """Wait for a deferred answer here, as if the handler had (quotas on, or a TLS connection)."""
+        if call is None:
+            return await deferred.answer
+        later = TimedCall(deferred.answer)
+        try:
+            return await later
+        finally:
+            call.busy_s += later.busy_s
+
+    async def _defer(self, request: Request, deferred: Deferred) -> bool:
+        """Owe the request's answer and go on reading: it is sent after every earlier one. The deferred
+        part runs as a task of its own from now on, not from when the earlier answers went out."""
+        return await self._owe(request, self._loop.create_task(deferred.answer))
+
+    async def _owe(self, request: Request | None, answer: Any) -> bool:
+        """Queue an answer behind those already owed; at MAX_DEFERRED owed, read nothing more until the
+        oldest went out (a client that pipelines without end, or stops reading, holds a bounded number).
+        False: the connection is closing."""
+        self._answers.append((request, answer))
+        if self._sender is None:
+            self._sender = self._loop.create_task(self._send_owed(), name=f"answers-{self.peer}")
+        if len(self._answers) >= MAX_DEFERRED:
+            return await self._wait_owed_below(MAX_DEFERRED)
+        return True
+
+    async def _finish(self, request: Request, task: asyncio.Task[Any]) -> Any:
+        """A deferred answer, encoded as ``_serve`` would send it: parts, None (no answer) or a _Close."""
+        try:
+            response = await task
+        except CloseConnection as e:
+            return _Close(str(e))
+        except Exception:
+            log.exception("handler for API %d v%d failed", request.api_key, request.api_version)
+            error = _error_response(request)
+            if error is None:
+                return _Close(f"its API {request.api_key} request failed and the answer has no error code")
+            return encode_response(error, request.header.correlation_id)
+        if response is None:
+            return None
+        if isinstance(response, Spliced):
+            return encode_response(response.body, request.header.correlation_id, response.splices)
+        return encode_response(response, request.header.correlation_id)
+
+    async def _send_owed(self) -> None:
+        """Send the owed answers in request order, each once ready; a _Close (or a failed send) closes
+        the connection after what went before it."""
+        answers = self._answers
+        try:
+            while answers:
+                request, answer = answers[0]
+                parts = answer if request is None else await self._finish(request, answer)
+                if type(parts) is _Close:
+                    self._close(parts.reason)
+                    return
+                if parts is not None:
+                    await self._send(parts)
+                answers.popleft()
+                self._wake_owed()
+        except (ConnectionError, OSError) as e:
+            log.debug("connection from %s ended: %s", self.peer, e)
+            self._close(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: the connection cannot keep its answers in order any more
+            log.exception("answering %s failed", self.peer)
+            self._close(None)
+        finally:
+            self._sender = None
+            self._wake_owed()
+
+    def _close(self, reason: str | None) -> None:
+        """The sender ends the connection: the reading task stops (and cancels what is still owed)."""
+        self._closing = True
+        self._close_reason = reason
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _wake_owed(self) -> None:
+        waiter = self._answer_sent
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait_owed_below(self, limit: int) -> bool:
+        """Wait until fewer than ``limit`` answers are owed (1: all sent); False: the connection is closing."""
+        while len(self._answers) >= limit and not self._closing and self._sender is not None:
+            waiter = self._answer_sent = self._loop.create_future()
+            await waiter
+        return not self._closing and len(self._answers) < limit
+
+    async def _abandon_answers(self) -> None:
+        """The connection ends: cancel what is still owed and the sender, and wait until they ended (at
+        once: they only wait). A diskless produce's batches commit anyway (the writer answers no one)."""
+        owed = [answer for request, answer in self._answers if request is not None]
+        self._answers.clear()
+        tasks = [*owed, self._sender] if self._sender is not None else owed
+        for task in tasks:
+            task.cancel()
+        interrupted = False
+        while tasks:
+            try:
+                await asyncio.wait(tasks)
+                break
+            except asyncio.CancelledError:  # cancelled again (broker shutdown): finish the clean-up first
+                interrupted = True
+        for task in owed:  # failures nobody will answer now (the connection is gone): retrieved, not logged
+            if not task.cancelled():
+                task.exception()
+        if interrupted:
+            raise asyncio.CancelledError
 
     async def _send(self, parts: list[Any]) -> None:
         """Bytes parts with ``send``, file slices with ``sendfile``, in order."""

@@ -9,7 +9,7 @@ not answer (librdkafka derives features from combinations of versions, so a gap 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,23 @@ class Spliced:
 
     body: Any
     splices: list[Any]
+
+
+class Deferred:
+    """A handler's answer that comes later, while the connection goes on reading its next requests.
+
+    A handler returns one after doing everything that must happen in request order (a produce's
+    validation and appends, its diskless batches put into the active file); ``answer`` is the rest:
+    a coroutine that waits (for a diskless commit, an ISR) and returns the response, or None (acks=0),
+    or raises as a handler would (:class:`CloseConnection`, an error answered UNKNOWN_SERVER_ERROR).
+    The connection sends it after every earlier response and before every later one, as Kafka's
+    protocol requires (:mod:`strata.broker.connection`), and always awaits or closes the coroutine.
+    """
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Coroutine[Any, Any, Any]) -> None:
+        self.answer = answer
 
 
 class CloseConnection(Exception):

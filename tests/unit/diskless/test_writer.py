@@ -639,6 +639,43 @@ async def test_a_cancelled_caller_does_not_stop_the_commit() -> None:
 
 
 @run
+async def test_submit_buffers_before_it_returns() -> None:
+    """A connection's pipelined produce requests are submitted back to back, with no ``await`` in between:
+    they share the active file (and so one object and one commit), in submission order."""
+    h = Harness()
+    first = h.writer.submit([entry(0, b"a")])
+    assert h.writer.active_file_size == BATCH and h.timer.pending == 1  # buffered, interval armed: no await yet
+    second = h.writer.submit([entry(0, b"b"), entry(1, b"c")])
+    assert h.writer.active_file_size == 3 * BATCH and h.writer.stats.requests == 2
+    assert not first.done() and not second.done()
+    await h.tick(250)
+    (a,), (b, c) = await results(first, second)
+    [key] = h.store.keys()
+    assert h.commits.calls == [key]
+    assert (a.base_offset, b.base_offset, c.base_offset) == (0, 1, 0)
+    assert h.batches(0) == [(key, 0, 1)]
+    assert values_of(h.store.data(key)) == [b"a", b"b", b"c"]
+
+
+@run
+async def test_submit_answers_empty_entries_and_a_cancelled_answer_still_commits() -> None:
+    h = Harness()
+    empty = WriteEntry.parse(T1, "topic-1", 2, b"")
+    done = h.writer.submit([empty])
+    assert done.done() and [r.error for r in done.result()] == [ErrorCode.NONE]
+    mixed = h.writer.submit([empty, entry(0, b"a"), empty])
+    dropped = h.writer.submit([entry(0, b"b")])
+    dropped.cancel()  # the client went away: the batch still commits, nobody else's answer changes
+    await h.writer.flush()
+    x, a, y = await mixed
+    assert (x.error, y.error, x.base_offset) == (ErrorCode.NONE, ErrorCode.NONE, -1)
+    assert a.base_offset == 0 and h.high_watermark(0) == 2
+    await h.writer.close()
+    with pytest.raises(WriterClosedError):
+        h.writer.submit([entry(0, b"c")])
+
+
+@run
 async def test_crash_points_surround_the_commit() -> None:
     h = Harness()
     seen: list[tuple[str, int, bool]] = []

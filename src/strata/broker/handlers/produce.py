@@ -6,6 +6,12 @@ watermark covers the append (a single node answers at once: its ISR is itself). 
 if such a request fails, the connection is closed instead, which is how Kafka tells a
 fire-and-forget producer to refresh its metadata.
 
+A request with diskless partitions does its work at once (checks, classic appends, every diskless batch
+into the active WAL file) and returns a :class:`~strata.broker.dispatch.Deferred` for the rest: the wait
+for the commit (and acks=all's ISR wait of its classic partitions). The connection reads the next request
+meanwhile, so a producer's pipelined requests share a commit cycle, and answers them in order.
+Classic-only requests are answered as before.
+
 Authorization (Kafka 3.9's ``KafkaApis.handleProduceRequest``): a request carrying transactional batches
 needs WRITE on its ``transactional_id`` (none given counts as refused), else every partition answers
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended (acks=0: no answer). Then WRITE on each topic,
@@ -20,13 +26,13 @@ import asyncio
 import logging
 from typing import Any
 
-from strata.broker.dispatch import CloseConnection, RequestContext, handles
+from strata.broker.dispatch import CloseConnection, Deferred, RequestContext, handles
 from strata.broker.transactions import TransactionService
 from strata.client.wire import ADMIN_CLIENT_ID
 from strata.common import TopicPartition
 from strata.diskless.produce import diskless_entry
 from strata.diskless.service import DisklessService
-from strata.diskless.writer import WriteEntry
+from strata.diskless.writer import WriteEntry, WriteResult
 from strata.errors import (
     ErrorCode,
     InvalidRecordError,
@@ -86,12 +92,23 @@ _WAIT_ERRORS = {
 }
 
 
-async def _write_diskless(ctx: RequestContext, diskless: DisklessService,
-                          written: list[tuple[WriteEntry, dict[str, Any]]]) -> bool:
-    """Every diskless partition of the request goes into the broker's active WAL object at once; the
-    answer comes once that object is uploaded and committed, whatever ``acks`` asked (diskless.md)."""
+def _submit_diskless(diskless: DisklessService, written: list[tuple[WriteEntry, dict[str, Any]]],
+                     ) -> asyncio.Future[list[WriteResult]] | None:
+    """Every diskless partition of the request goes into the broker's active WAL object at once, before
+    the connection reads its next request; None if the writer refused them (their parts say why)."""
     try:
-        results = await diskless.produce([entry for entry, _ in written])
+        return diskless.submit([entry for entry, _ in written])
+    except KafkaError as e:
+        for _, part in written:
+            part.update(error_code=e.error_code, error_message=str(e))
+        return None
+
+
+async def _diskless_answers(ctx: RequestContext, written: list[tuple[WriteEntry, dict[str, Any]]],
+                            pending: asyncio.Future[list[WriteResult]]) -> bool:
+    """The answer comes once the WAL object is uploaded and committed, whatever ``acks`` asked (diskless.md)."""
+    try:
+        results = await pending
     except KafkaError as e:
         for _, part in written:
             part.update(error_code=e.error_code, error_message=str(e))
@@ -108,6 +125,26 @@ async def _write_diskless(ctx: RequestContext, diskless: DisklessService,
         topic_stats.BytesInPerSec.mark(entry.topic_name, entry.size)
         topic_stats.MessagesInPerSec.mark(entry.topic_name, result.last_offset - result.base_offset + 1)
     return failed
+
+
+async def _answer_after_commit(ctx: RequestContext, request: Any, topics_out: list[dict[str, Any]],
+                               written: list[tuple[WriteEntry, dict[str, Any]]],
+                               pending: asyncio.Future[list[WriteResult]],
+                               waiting: list[tuple[TopicPartition, int, dict[str, Any]]], failed: bool) -> Any:
+    """The deferred part of a produce with diskless partitions: the commit, then acks=all's ISR wait for
+    the classic partitions of the same request, then the answer."""
+    failed = await _diskless_answers(ctx, written, pending) or failed
+    if waiting:
+        failed = await _wait_for_isr(ctx, waiting, max(0.0, request.timeout.total_seconds())) or failed
+    return _answer(ctx, request, topics_out, failed)
+
+
+def _answer(ctx: RequestContext, request: Any, topics_out: list[dict[str, Any]], failed: bool) -> Any:
+    if request.acks == 0:
+        if failed:
+            raise CloseConnection("an acks=0 produce failed: closing so the producer refreshes metadata")
+        return None
+    return ctx.respond(responses=topics_out, throttle_time=0)
 
 
 def _has_transactional_records(request: Any) -> bool:
@@ -222,12 +259,14 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                            "topic_id": info.topic_id if info else getattr(topic, "topic_id", None),
                            "partition_responses": parts})
     if diskless_parts:
+        # Enqueued now, in request order; only the wait for the commit is deferred, so the connection
+        # reads its next request (a producer's next pipelined batch joins the same WAL object).
         assert diskless is not None
-        failed = await _write_diskless(ctx, diskless, diskless_parts) or failed
+        pending = _submit_diskless(diskless, diskless_parts)
+        if pending is not None:
+            return Deferred(_answer_after_commit(ctx, request, topics_out, diskless_parts, pending, waiting,
+                                                 failed))
+        failed = True
     if waiting:
         failed = await _wait_for_isr(ctx, waiting, max(0.0, request.timeout.total_seconds())) or failed
-    if acks == 0:
-        if failed:
-            raise CloseConnection("an acks=0 produce failed: closing so the producer refreshes metadata")
-        return None
-    return ctx.respond(responses=topics_out, throttle_time=0)
+    return _answer(ctx, request, topics_out, failed)

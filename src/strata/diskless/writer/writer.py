@@ -2,10 +2,11 @@
 
 The life of a request (reference §1.2, §1.6, §2):
 
-1. ``write()`` appends the request, whole, to the active file. Rotation follows Inkless: rotate first
-   if the file is non-empty and the request would overflow ``max_bytes``; rotate after adding if the
-   file reached ``max_bytes``; otherwise the first write into an empty file arms a one-shot
-   ``commit_interval_ms`` timer. Nothing written, nothing uploaded.
+1. ``submit()`` appends the request, whole, to the active file before it returns (``write()`` also
+   waits for the answer). Rotation follows Inkless: rotate first if the file is non-empty and the
+   request would overflow ``max_bytes``; rotate after adding if the file reached ``max_bytes``;
+   otherwise the first write into an empty file arms a one-shot ``commit_interval_ms`` timer.
+   Nothing written, nothing uploaded.
 2. A rotated file becomes an object: uploaded with retries, several objects at once.
 3. Commits run on one lane, in rotation order: object N+1 is committed only after object N's commit
    finished, whatever the order their uploads finished in. A producer's pipelined requests therefore
@@ -120,17 +121,32 @@ class Writer:
     async def write(self, entries: Sequence[WriteEntry]) -> list[WriteResult]:
         """Write one produce request's diskless partitions; one result per entry, in order.
 
-        Returns once the object holding them is committed (or failed). Empty entries are answered NONE
-        without being written. Raises :class:`WriterClosedError` after ``close()``, and
+        Returns once the object holding them is committed (or failed): ``await submit(entries)``.
+        """
+        return await self.submit(entries)
+
+    def submit(self, entries: Sequence[WriteEntry]) -> asyncio.Future[list[WriteResult]]:
+        """Put one produce request's diskless partitions into the active file now, before returning; the
+        future answers them (one result per entry, in order) once the object holding them is committed
+        or failed.
+
+        The buffering is synchronous, so requests submitted one after the other, with no ``await`` in
+        between, join the active file in that order (a connection's pipelined produce requests share a
+        commit cycle instead of waiting for each other's). Empty entries are answered NONE without being
+        written. Raises :class:`WriterClosedError` after ``close()``, and
         :class:`~strata.errors.CorruptRecordError` for a control batch without a marker record (then
-        nothing of the request is buffered).
+        nothing of the request is buffered). Cancelling the returned future (a client gone) does not stop
+        the commit, nor answer anyone else's.
         """
         if self._closed:
             raise WriterClosedError("the diskless writer is closed")
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[WriteResult]] = loop.create_future()
         non_empty = [e for e in entries if e.batches]
         if not non_empty:
-            return [EMPTY_RESULT] * len(entries)
-        request = PendingRequest(non_empty, asyncio.get_running_loop().create_future())
+            answer.set_result([EMPTY_RESULT] * len(entries))
+            return answer
+        request = PendingRequest(non_empty, loop.create_future())  # may raise: then nothing is buffered
         self.stats.requests += 1
         self.stats.entries += len(non_empty)
         if not self._active.empty and self._active.size + request.size > self.config.max_bytes:
@@ -145,10 +161,28 @@ class Writer:
             file_id = self._active.file_id
             self._timer_handle = self._timer.call_later(self.config.commit_interval_ms,
                                                         lambda: self._on_interval(file_id))
-        # The caller may be cancelled (a client gone); the object still commits, so the shield keeps
-        # the future ours to answer.
-        answers = iter(await asyncio.shield(request.future))
-        return [next(answers) if e.batches else EMPTY_RESULT for e in entries]
+        # The request's own future stays ours to answer (as a shield would keep it): the caller's may be
+        # cancelled, the object still commits.
+        mixed = len(non_empty) != len(entries)
+
+        def deliver(done: asyncio.Future[list[WriteResult]]) -> None:
+            if answer.done():
+                return
+            if done.cancelled():  # neither happens (requests are answered, never cancelled or failed): defensive
+                answer.cancel()
+                return
+            error = done.exception()
+            if error is not None:
+                answer.set_exception(error)
+                return
+            answers = done.result()
+            if mixed:
+                it = iter(answers)
+                answers = [next(it) if e.batches else EMPTY_RESULT for e in entries]
+            answer.set_result(answers)
+
+        request.future.add_done_callback(deliver)
+        return answer
 
     async def flush(self) -> None:
         """Rotate the active file now and wait until every object rotated so far is answered."""
