@@ -221,6 +221,22 @@ class DisklessService:
             await asyncio.sleep(0.1)
         await self._open()
 
+    async def open_for_requests(self, timeout_s: float = 10.0) -> None:
+        """A request for a diskless topic reached this broker before its coordinator replica opened (the
+        topic was created through another broker a moment ago): open it now, or say it is not available
+        (COORDINATOR_NOT_AVAILABLE, retriable) when this broker holds no replica of ``__diskless_metadata``
+        within ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._open_when_hosted(), timeout_s)
+        except TimeoutError:
+            raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the diskless coordinator is not open on this "
+                           f"broker yet (no replica of {DISKLESS_METADATA_TOPIC} here)") from None
+
+    async def _open_when_hosted(self) -> None:
+        while self.replicas.local_log(METADATA_PARTITION) is None:
+            await asyncio.sleep(0.05)
+        await self._open()
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()

@@ -25,6 +25,13 @@ cluster, else every partition is TOPIC_AUTHORIZATION_FAILED; a consumer needs RE
 per topic and before its existence (TOPIC_AUTHORIZATION_FAILED, not UNKNOWN_TOPIC_OR_PARTITION, for a topic
 it may not read). A topic id this broker cannot resolve stays UNKNOWN_TOPIC_ID. Without an authorizer nothing
 is checked at all.
+
+Rack-aware reads of diskless partitions (KIP-392, :mod:`strata.diskless.placement`): a consumer's Fetch v11+
+carries its ``client.rack`` as ``rack_id``. A broker outside that rack answers a diskless partition with
+``preferred_read_replica``, a live replica in the client's rack (the choice Metadata makes for ``diskless_az=``),
+and, as Kafka's ``ReplicaManager.readFromLog`` does when its replica selector picks another replica, no records:
+only the partition's watermarks, and the fetch is answered at once. Classic topics are unchanged (Strata does
+not implement follower fetching for them).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
 from strata.diskless.coordinator.api import FindBatchRequest
+from strata.diskless.placement import NO_BROKER, preferred_read_replica
 from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.protocol.frame import Splice
@@ -68,6 +76,16 @@ class _FetchState:
         # diskless partitions served from this broker's consolidated replica: their watermarks are the
         # coordinator's (the replica may lag it), asked after the pass
         self.consolidated: list[tuple[dict[str, Any], TopicIdPartition]] = []
+        # diskless partitions answered with a preferred read replica (KIP-392): no records, the coordinator's
+        # watermarks; the fetch is answered at once
+        self.redirected: list[tuple[dict[str, Any], TopicIdPartition]] = []
+        self.client_rack: str | None = None  # the consumer's rack_id (Fetch v11+), None when it sent none
+        self._racks: dict[int, str | None] | None = None  # the live brokers' racks, asked once per pass
+
+    def racks(self, ctx: RequestContext) -> dict[int, str | None]:
+        if self._racks is None:
+            self._racks = {b["node_id"]: b.get("rack") for b in ctx.broker.view.brokers(ctx.listener_name)}
+        return self._racks
 
 
 def replica_id_of(request: Any) -> int:
@@ -92,6 +110,8 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
         return out
     consolidated = None
     if replica_id < 0 and diskless is not None and diskless.is_diskless(name):
+        if state.client_rack and _redirect(ctx, name, p.partition, state, out):
+            return out
         # Leaderless: any broker serves it. What this broker's replica has consolidated (local log, remote
         # tier) is read like any tiered log; the rest from the coordinator's coordinates and the WAL objects.
         consolidated = replicas.local_log(tp)
@@ -160,6 +180,21 @@ def _read_partition(ctx: RequestContext, name: str, p: Any, isolation: FetchIsol
             out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                        log_start_offset=plog.log_start_offset)
     return out
+
+
+def _redirect(ctx: RequestContext, name: str, partition: int, state: _FetchState, out: dict[str, Any]) -> bool:
+    """A consumer in another rack than this broker's: answer the partition with a live replica in its rack
+    as ``preferred_read_replica`` (True), or False to serve it here."""
+    view = ctx.broker.view.partition(name, partition)
+    preferred = preferred_read_replica(name, partition, view.replicas, state.racks(ctx), state.client_rack,
+                                       ctx.broker.node_id)
+    if preferred == NO_BROKER:
+        return False
+    info = ctx.broker.topics.get(name)
+    assert info is not None
+    out["preferred_read_replica"] = preferred
+    state.redirected.append((out, TopicIdPartition(info.topic_id, name, partition)))
+    return True
 
 
 def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionLog, p: Any, replica_id: int,
@@ -232,6 +267,7 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation,
     topics = ctx.broker.topics
     state = _FetchState()
     replica_id = replica_id_of(request)
+    state.client_rack = getattr(request, "rack_id", None) or None
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     responses = []
     tps = []
@@ -263,6 +299,8 @@ async def _complete_diskless_reads(ctx: RequestContext, state: _FetchState, read
     diskless = ctx.broker.diskless
     assert diskless is not None
     try:
+        if not diskless.started:  # a diskless topic created through another broker a moment ago
+            await diskless.open_for_requests()
         reads = await diskless.fetch([req for _, req in state.diskless], max(0, max_bytes - state.bytes),
                                      read_committed)
     except KafkaError as e:
@@ -286,18 +324,20 @@ async def _complete_diskless_reads(ctx: RequestContext, state: _FetchState, read
         _attach_bytes(out, read.records, state)
 
 
-async def _coordinator_watermarks(ctx: RequestContext, state: _FetchState) -> None:
+async def _coordinator_watermarks(ctx: RequestContext, entries: list[tuple[dict[str, Any], TopicIdPartition]]
+                                  ) -> None:
     """The partition's high watermark, last stable offset and log start for diskless partitions served from
     the consolidated replica: a consumer must not take the replica's end (behind the coordinator's while
-    consolidation catches up) for the partition's (a premature end-of-partition, a wrong lag)."""
+    consolidation catches up) for the partition's (a premature end-of-partition, a wrong lag). Also those
+    answered with a preferred read replica (Kafka sends the partition's watermarks with it)."""
     diskless = ctx.broker.diskless
     assert diskless is not None
     try:
-        infos = await diskless.log_infos_now([(tip.topic_id, tip.partition) for _, tip in state.consolidated])
+        infos = await diskless.log_infos_now([(tip.topic_id, tip.partition) for _, tip in entries])
     except KafkaError as e:
         log.warning("diskless watermarks unavailable: %s", e)
         return
-    for (out, _), info in zip(state.consolidated, infos, strict=True):
+    for (out, _), info in zip(entries, infos, strict=True):
         if info.error == ErrorCode.NONE:
             cross = info.remote_log_start_offset
             out.update(high_watermark=info.high_watermark, last_stable_offset=info.last_stable_offset,
@@ -405,13 +445,13 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             min_bytes = max(min_bytes, 1)
             await _complete_diskless_reads(ctx, state, isolation is FetchIsolation.TXN_COMMITTED,
                                            getattr(request, "max_bytes", 0x7FFFFFFF))
-        if state.consolidated:
-            await _coordinator_watermarks(ctx, state)
+        if state.consolidated or state.redirected:
+            await _coordinator_watermarks(ctx, state.consolidated + state.redirected)
         if state.remote:
             await _complete_remote_reads(ctx, state)
             break
         remaining = deadline - time.monotonic()
-        if state.bytes >= min_bytes or state.errors or remaining <= 0 or not tps \
+        if state.bytes >= min_bytes or state.errors or remaining <= 0 or not tps or state.redirected \
                 or ctx.broker.shutting_down:
             break
         # A partition held back by the leader quota is looked at again once the quota allows it (Kafka's

@@ -262,6 +262,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         # Enqueued now, in request order; only the wait for the commit is deferred, so the connection
         # reads its next request (a producer's next pipelined batch joins the same WAL object).
         assert diskless is not None
+        if not diskless.started:  # a diskless topic created through another broker a moment ago
+            await diskless.open_for_requests()
         pending = _submit_diskless(diskless, diskless_parts)
         if pending is not None:
             return Deferred(_answer_after_commit(ctx, request, topics_out, diskless_parts, pending, waiting,
