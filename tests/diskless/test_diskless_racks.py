@@ -68,7 +68,10 @@ def test_consumers_read_from_the_replica_in_their_rack(zk_connect: str, tmp_path
     props = {"remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "local",
              "rsm.config.dir": str(tmp_path / "store"), "diskless.produce.commit.interval.ms": "50",
              "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0"}
+             "rlmm.config.remote.log.metadata.topic.num.partitions": "2", "metrics.port": "0",
+             "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+             "diskless.consolidation.interval.ms": "100", "diskless.consolidation.prune.interval.ms": "300",
+             "diskless.file.cleaner.interval.ms": "300", "diskless.file.cleaner.retention.period.ms": "0"}
     cluster = Cluster(zk_connect, tmp_path, 3, props)
     for broker_id, b in cluster.brokers.items():
         b.props["broker.rack"] = RACKS[broker_id]
@@ -85,8 +88,11 @@ def test_consumers_read_from_the_replica_in_their_rack(zk_connect: str, tmp_path
 
 def _run(cluster: Cluster) -> None:
     admin = cluster.admin()
-    futures = admin.create_topics([NewTopic("dl", PARTITIONS, 3, config={"diskless.enable": "true"}),
-                                   NewTopic("classic", 3, 3)])
+    # consolidated, tiered and trimmed locally: the replica in the client's rack (a follower of most
+    # partitions) serves their first offsets from the remote tier
+    futures = admin.create_topics([NewTopic("dl", PARTITIONS, 3, config={
+        "diskless.enable": "true", "segment.bytes": "65536", "local.retention.ms": "1000"}),
+        NewTopic("classic", 3, 3)])
     for f in futures.values():
         f.result(60)
     cluster.wait_full_isr("classic")
@@ -99,6 +105,10 @@ def _run(cluster: Cluster) -> None:
             p.produce("dl", value=expected[part][i], partition=part)
         p.poll(0)
     assert p.flush(60) == 0
+    local = cluster.brokers[LOCAL].data_dir / "logs"
+    wait_until(lambda: all(not (local / f"dl-{part}" / "00000000000000000000.log").exists()
+                           for part in range(PARTITIONS)), 90,
+               "the first segments tiered and deleted locally on the broker in the client's rack")
 
     # the classic leaders, as a client without a rack sees them: each partition's first replica, spread
     plain = cluster.metadata("dl")
