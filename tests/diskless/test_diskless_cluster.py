@@ -17,6 +17,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from tests.broker.kafka_wire import WireClient, produce
+from tests.broker.test_clients import fetch_partition, fetched_values
 from tests.cluster.harness import Cluster, running_cluster
 from tests.cluster.test_cluster_metrics import scrape
 from tests.diskless.test_diskless_single_node import consume_all
@@ -206,3 +207,42 @@ def test_a_replicated_classic_topic_switched_to_diskless(zk_connect: str, tmp_pa
         time.sleep(1)
         assert replicated_bytes(cluster) - replicated_before < 0.1 * 300 * len(PAD), \
             "followers stopped copying from the leader once sealed"
+
+
+def test_a_broker_without_a_coordinator_replica_serves_diskless_topics(zk_connect: str, tmp_path: Path,
+                                                                        seaweedfs: SeaweedFS) -> None:
+    """A cluster larger than ``__diskless_metadata``'s replication factor (4 brokers, 3 replicas): the broker
+    without a replica follows the commands from the leader as a consumer (an observer, outside the ISR), and
+    takes produce and serves fetches of diskless partitions like the others; its state is theirs."""
+    with running_cluster(zk_connect, tmp_path, 4, s3_props(seaweedfs, f"dlo-{uuid.uuid4().hex[:8]}/")) as cluster:
+        cluster.admin().create_topics([NewTopic("dl", 2, 2, config={"diskless.enable": "true"})])["dl"].result(60)
+        replicas = set(cluster.metadata("__diskless_metadata").partitions[0].replicas)
+        assert len(replicas) == 3
+        (observer,) = set(cluster.brokers) - replicas
+        with WireClient(cluster.brokers[observer].bootstrap) as w:
+            for partition in range(2):  # produce through the observer, the first request it gets
+                builder = BatchBuilder()
+                builder.append(b"via-observer-%d" % partition, key=None)
+                answer = produce(w, "dl", partition, builder.build())
+                assert int(answer.error_code) == 0, answer
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        for i in range(200):
+            p.produce("dl", value=b"v%d" % i, partition=i % 2)
+        assert p.flush(60) == 0
+        with WireClient(cluster.brokers[observer].bootstrap) as w:  # the observer serves the WAL
+            for partition in range(2):
+                got = wait_until(f"dl-{partition} read through the observer", lambda partition=partition: (
+                    lambda values: values if len(values) >= 101 else None)(
+                    fetched_values(fetch_partition(w, "dl", partition, 0).records)), 30)
+                assert got[0] == (0, b"via-observer-%d" % partition)
+                assert [v for _, v in got[1:101]] == [b"v%d" % i for i in range(partition, 200, 2)]
+        msgs = consume_all(cluster.bootstrap, "dl", 2, 202, timeout_s=60)
+        assert len(msgs) == 202
+        deadline = time.monotonic() + 30
+        while True:  # the observer applied the same commands as the replicas
+            digests = {_digest(b.data_dir / "logs" / "diskless-coordinator-0.sqlite") for b in cluster.brokers.values()}
+            if len(digests) == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(digests) == 1
+        assert not (cluster.brokers[observer].data_dir / "logs" / "__diskless_metadata-0").exists()

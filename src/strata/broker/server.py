@@ -34,6 +34,7 @@ from strata.broker.cluster_services import (
     ZkTopicAdmin,
 )
 from strata.broker.diskless_metrics import register_diskless_metrics
+from strata.broker.diskless_observer import DisklessMetadataObserver
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.inter_broker import inter_broker_security
@@ -611,7 +612,9 @@ class Broker:
                                    lambda offset: self.delete_records(METADATA_PARTITION, offset),
                                    classic_following=lambda tp: fetchers is not None
                                    and fetchers.fetch_state(tp) is not None,
-                                   stop_following=lambda tp: fetchers.unfollow(tp) if fetchers is not None else None)
+                                   stop_following=lambda tp: fetchers.unfollow(tp) if fetchers is not None else None,
+                                   observer=DisklessMetadataObserver(self.view, inter_broker_security(self.config))
+                                   if self.cluster is not None else None)
         self.diskless = diskless
         await diskless.start()
         txns = self.transactions

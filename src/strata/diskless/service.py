@@ -44,7 +44,13 @@ from strata.diskless.coordinator.api import (
     TopicIdPartition,
 )
 from strata.diskless.coordinator.journal import JournaledControlPlane
-from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC, METADATA_PARTITION, Forward, MetadataTopicLog
+from strata.diskless.metadata_log import (
+    DISKLESS_METADATA_TOPIC,
+    METADATA_PARTITION,
+    Forward,
+    MetadataTopicLog,
+    Observer,
+)
 from strata.diskless.reader import ObjectCache, PartitionRead, Reader
 from strata.diskless.writer import WriteEntry, Writer, WriterConfig, WriteResult
 from strata.diskless.writer.object_key import parse_object_key
@@ -80,7 +86,8 @@ class DisklessService:
                  clock: Clock, clustered: bool, create_topic: CreateTopic, live_brokers: Callable[[], int],
                  forward: Forward | None = None, truncate: Callable[[int], int] | None = None,
                  classic_following: Callable[[TopicPartition], bool] = lambda tp: False,
-                 stop_following: Callable[[TopicPartition], None] = lambda tp: None) -> None:
+                 stop_following: Callable[[TopicPartition], None] = lambda tp: None,
+                 observer: Observer | None = None) -> None:
         self.config = config
         self.dc = config.diskless
         self.replicas = replicas
@@ -94,7 +101,9 @@ class DisklessService:
         self._classic_following = classic_following  # a switched partition's follower still fetching its classic part
         self.snapshot_prefix = f"{self.dc.object_key_prefix}/coordinator"
         self._last_snapshot = -1
-        self.coordinator = JournaledControlPlane(MetadataTopicLog(replicas, clustered, forward),
+        self.observer = observer  # reads __diskless_metadata from its leader when this broker holds no replica
+        self.metadata_log = MetadataTopicLog(replicas, clustered, forward, observer)
+        self.coordinator = JournaledControlPlane(self.metadata_log,
                                                  str(Path(config.log_dirs[0]) / COORDINATOR_DB), clock.milliseconds,
                                                  self._newest_snapshot)
         self.wal_prefix = f"{self.dc.object_key_prefix}/wal"
@@ -145,11 +154,18 @@ class DisklessService:
         if self.clustered:
             self._tasks.append(asyncio.get_running_loop().create_task(self._replay(), name="diskless-replay"))
 
+    def _can_serve(self) -> bool:
+        """This broker holds a replica of ``__diskless_metadata``, or (a cluster larger than its replication
+        factor) the topic exists and an observer can read it from its leader."""
+        if self.replicas.local_log(METADATA_PARTITION) is not None:
+            return True
+        return self.observer is not None and self.topics.get(DISKLESS_METADATA_TOPIC) is not None
+
     async def _replay(self) -> None:
         """Cluster mode: apply what the leader committed (other brokers' commands) as it arrives."""
         while True:
             try:
-                if self.replicas.local_log(METADATA_PARTITION) is None:
+                if not self._can_serve():
                     await asyncio.sleep(0.5)
                     continue
                 if not self._started:
@@ -157,7 +173,7 @@ class DisklessService:
                 applied = self.coordinator.applied_offset
                 if await self.coordinator.catch_up() != applied:
                     self._notify_commit()
-                await self.replicas.wait_for_data([METADATA_PARTITION], 1.0)
+                await self.metadata_log.wait_for_commands(1.0)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - logged; the loop goes on (a failed replica stops in catch_up)
@@ -176,6 +192,10 @@ class DisklessService:
             plog = self.replicas.get_log(METADATA_PARTITION)
             plog.update_high_watermark(plog.log_end_offset)  # the only replica: everything written is committed
         await self.coordinator.start()
+        if self.observer is not None and self.metadata_log.observing():
+            log.info("no replica of %s on this broker: following it from its leader", DISKLESS_METADATA_TOPIC)
+            self.observer.start(self.coordinator.applied_offset + 1)
+            await self.observer.wait(5.0)  # the first answer (the log start, the first commands)
         applied = await self.coordinator.catch_up()
         self._started = True
         loop = asyncio.get_running_loop()
@@ -213,11 +233,10 @@ class DisklessService:
                 if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
         deadline = asyncio.get_running_loop().time() + 30
-        while self.replicas.local_log(METADATA_PARTITION) is None:  # the controller's decision reaching us
+        while not self._can_serve():  # the controller's decision reaching us
             if asyncio.get_running_loop().time() > deadline:
-                raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"this broker holds no replica of "
-                               f"{DISKLESS_METADATA_TOPIC}: diskless topics need one on every broker (its replication "
-                               "factor diskless.metadata.topic.replication.factor at least the number of brokers)")
+                raise ApiError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{DISKLESS_METADATA_TOPIC} has not reached "
+                               "this broker yet")
             await asyncio.sleep(0.1)
         await self._open()
 
@@ -233,11 +252,13 @@ class DisklessService:
                            f"broker yet (no replica of {DISKLESS_METADATA_TOPIC} here)") from None
 
     async def _open_when_hosted(self) -> None:
-        while self.replicas.local_log(METADATA_PARTITION) is None:
+        while not self._can_serve():
             await asyncio.sleep(0.05)
         await self._open()
 
     async def stop(self) -> None:
+        if self.observer is not None:
+            await self.observer.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
