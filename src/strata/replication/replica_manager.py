@@ -292,8 +292,17 @@ class ReplicaManager:
         """Kafka's periodic ``maybeShrinkIsr``: drop followers that have not caught up in ``max_lag_ms``."""
         now = self.clock.milliseconds()
         for tp, part in list(self.partitions.items()):
-            if not part.is_leader or part.isr_change_in_flight or tp in self.consolidating:
-                continue  # diskless: replicas consolidate from the coordinator, never fetch from the leader
+            if not part.is_leader or part.isr_change_in_flight:
+                continue
+            if tp in self.consolidating or (part.log.config.diskless_enable and part.log.log_end_offset == 0):
+                # Diskless: replicas consolidate from the coordinator and never fetch from the leader, so
+                # they are never out of sync; every replica stays eligible as leader (a shrunk ISR would
+                # leave the partition offline when its leader dies). A new diskless partition counts from
+                # its creation; a classic one being switched is shrunk as usual until its seal.
+                full = frozenset(part.replicas)
+                if part.isr != full:
+                    self._propose_isr(part, full, "expand")
+                continue
             lagging = part.out_of_sync_replicas(now, max_lag_ms)
             if lagging:
                 log.info("%s: shrinking ISR from %s to %s (not caught up for %d ms)", part.tp,
