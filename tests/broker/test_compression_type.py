@@ -258,7 +258,11 @@ def test_producer_keeps_each_batch_codec(cbroker: BrokerProcess) -> None:
     lz4_batches = len(data_codecs(cbroker, topic))
     produce(cbroker.bootstrap, topic, zstd, "zstd", chunks=2)
     codecs = data_codecs(cbroker, topic)
-    assert set(codecs[:lz4_batches]) == {CompressionType.LZ4} and set(codecs[lz4_batches:]) == {CompressionType.ZSTD}
+    # librdkafka sends a batch uncompressed when its codec would not shrink it (a loaded producer can cut a
+    # chunk into a batch of one or two records): NONE may sit beside a chunk's codec, never the other codec.
+    first, second = set(codecs[:lz4_batches]), set(codecs[lz4_batches:])
+    assert CompressionType.LZ4 in first and first <= {CompressionType.LZ4, CompressionType.NONE}, codecs
+    assert CompressionType.ZSTD in second and second <= {CompressionType.ZSTD, CompressionType.NONE}, codecs
     assert_every_client_reads(cbroker.bootstrap, topic, lz4 + zstd)
 
 

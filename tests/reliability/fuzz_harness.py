@@ -372,7 +372,10 @@ def _kafka_python_session(bootstrap: str, records: int) -> None:
     producer.flush(30)
     producer.close(10)
     consumer = KafkaConsumer(REAL_TOPIC, bootstrap_servers=bootstrap, group_id="fuzz-grp-kp01",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             # kafka-python may lead a join before its first Metadata answer, assign nothing and
+                             # rejoin only on its next refresh (5 min by default): the broker has no join delay here
+                             metadata_max_age_ms=1000)
     try:
         got = 0
         deadline = time.monotonic() + 30

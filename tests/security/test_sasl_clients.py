@@ -82,7 +82,8 @@ def test_kafka_python_produces_and_consumes_with_a_group(sasl_broker: BrokerProc
         producer.send(topic, b"k%d" % i)
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer(topic, **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest")
+    consumer = KafkaConsumer(topic, **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest",
+                             metadata_max_age_ms=1000)  # see tests/broker/test_groups.py: a join before metadata
     got = poll_kafka_python(consumer, 30)
     consumer.commit()
     consumer.close()

@@ -111,7 +111,8 @@ def test_kafka_python_over_ssl(tls_broker: BrokerProcess, pki: Pki) -> None:
         producer.send("ssl-kp", b"k%d" % i)
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer("ssl-kp", **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest")
+    consumer = KafkaConsumer("ssl-kp", **conf, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest",
+                             metadata_max_age_ms=1000)  # see tests/broker/test_groups.py: a join before metadata
     got = poll_kafka_python(consumer, 20)
     consumer.close()
     assert sorted(got) == sorted(b"k%d" % i for i in range(20))
