@@ -208,6 +208,8 @@ def metadata_states(b: TieredBroker, topic: str | None = None,
             if msg.error():
                 eof.add(msg.partition())
                 continue
+            if msg.value() is None:  # a tombstone of the compacted topic (KIP-1266 keys)
+                continue
             md = deserialize(msg.value())
             tip = getattr(md, "topic_id_partition", None)
             if tip is None or (topic is not None and (tip.topic, tip.partition) != (topic, partition)):

@@ -30,7 +30,9 @@ def test_remote_topics_refused_when_the_broker_does_not_tier(tmp_path: Path) -> 
 
 def test_tiered_config_rules(tiered: TieredBroker) -> None:
     admin = tiered.admin()
-    assert "compacted" in create_error(admin, "c", {"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    # KIP-1272: unlike Kafka, a compacted topic may be tiered (tests/tiered/test_tiered_compaction.py)
+    admin.create_topics([NewTopic("c", 1, 1, config={"remote.storage.enable": "true", "cleanup.policy": "compact"})],
+                        operation_timeout=10)["c"].result(timeout=30)
     assert "local.retention.ms" in create_error(admin, "r", {"remote.storage.enable": "true", "retention.ms": "1000",
                                                              "local.retention.ms": "2000"})
     assert "local.retention.bytes" in create_error(admin, "r", {"remote.storage.enable": "true",

@@ -27,7 +27,6 @@ def test_defaults_are_kafkas():
         ({"local.retention.ms": "2000", "retention.ms": "1000", "remote.storage.enable": "true"}, "local.retention.ms"),
         ({"local.retention.bytes": "-1", "retention.bytes": "100", "remote.storage.enable": "true"},
          "local.retention.bytes"),
-        ({"remote.storage.enable": "true", "cleanup.policy": "compact"}, "unsupported for the compacted"),
     ],
 )
 def test_invalid_values_name_the_key(props, message):

@@ -137,12 +137,13 @@ class TopicRegistry:
         return config
 
     def remote_log_enabled(self, name: str) -> bool:
-        """Kafka's ``UnifiedLog.isRemoteLogEnabled``: never for internal or compacted topics. A diskless topic
-        is always tiered: its consolidated local logs are only a staging area on the way to the remote tier."""
+        """Kafka's ``UnifiedLog.isRemoteLogEnabled``: never for internal topics. Unlike Kafka, compacted topics
+        tier too (KIP-1272: the log cleaner cleans both tiers). A diskless topic is always tiered: its
+        consolidated local logs are only a staging area on the way to the remote tier."""
         if not self.remote_storage_system_enable or name in INTERNAL_TOPICS:
             return False
         config = self.config(name)
-        return (config.remote_storage_enable or config.diskless_enable) and "compact" not in config.cleanup_policy
+        return config.remote_storage_enable or config.diskless_enable
 
     def create(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
                topic_id: uuid.UUID | None = None) -> TopicInfo:

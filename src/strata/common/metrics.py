@@ -358,6 +358,10 @@ TOPIC_METERS: dict[str, str] = {
     "RemoteDeleteErrorsPerSec": "Failed remote segment deletes.",
     "BuildRemoteLogAuxStateRequestsPerSec": "Followers' rebuilds of their log state from remote storage.",
     "BuildRemoteLogAuxStateErrorsPerSec": "Failed rebuilds of a follower's log state from remote storage.",
+    "RemoteLogCleanerSegmentsReplacedPerSec": "Remote segments of compacted topics rewritten by the log cleaner "
+                                              "(Strata: KIP-1272).",
+    "RemoteLogCleanerBytesRewrittenPerSec": "Bytes the log cleaner uploaded again for compacted topics "
+                                            "(Strata: KIP-1272).",
 }
 
 #: per-partition gauge name -> HELP text; exported summed per topic and over all topics.
@@ -491,6 +495,8 @@ class BrokerTopicMetrics:
     RemoteDeleteErrorsPerSec: TopicMeter
     BuildRemoteLogAuxStateRequestsPerSec: TopicMeter
     BuildRemoteLogAuxStateErrorsPerSec: TopicMeter
+    RemoteLogCleanerSegmentsReplacedPerSec: TopicMeter
+    RemoteLogCleanerBytesRewrittenPerSec: TopicMeter
     RemoteCopyLagBytes: PartitionGauge
     RemoteCopyLagSegments: PartitionGauge
     RemoteDeleteLagBytes: PartitionGauge

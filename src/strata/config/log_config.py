@@ -224,11 +224,10 @@ class LogConfig:
         As in Kafka, they apply only to tiered topics: on a topic without remote storage the local
         retention keys mean nothing, so a value left from an earlier experiment must not block edits.
         Enabling tiering later re-validates the merged config, so the rules hold whenever they matter.
+        Unlike Kafka, a compacted topic may be tiered (KIP-1272): the log cleaner cleans both tiers.
         """
         if not self.remote_storage_enable:
             return
-        if "compact" in self.cleanup_policy:
-            raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
         self.validate_remote_storage_retention()
 
     def validate_remote_storage_retention(self) -> None:

@@ -75,6 +75,9 @@ REMOTE_LOG_KEYS = [
     ConfigKey("remote.log.reader.corrupt.segment.action", "string", "fail", one_of("fail", "skip"),
               "A remote segment whose batches fail validation: `fail` answers CORRUPT_MESSAGE for its offsets, "
               "`skip` serves from the next segment (an offset gap: data loss by choice)"),
+    ConfigKey("remote.log.cleaner.max.rewrite.bytes.per.pass", "long", 1024**3, at_least(1),
+              "Compacted tiered topics (Strata, KIP-1272): bytes of remote segments one cleaning of a partition "
+              "uploads again at most; the next cleaning goes on where it stopped"),
     ConfigKey("remote.fetch.max.wait.ms", "int", 500, at_least(1),
               "How long a fetch waits for remote reads before answering without them"),
     ConfigKey("remote.list.offsets.request.timeout.ms", "long", 30_000, at_least(1),
@@ -110,6 +113,7 @@ class RemoteLogManagerConfig:
     rsm_props: Mapping[str, str] = field(repr=False)  # S3 credentials: never in a printed config
     rlmm_props: Mapping[str, str] = field(repr=False)
     reader_corrupt_segment_action: str = "fail"
+    cleaner_max_rewrite_bytes_per_pass: int = 1024**3
     # KIP-956 quotas (bytes per second; MAX_LONG: none) and their rate windows
     copy_max_bytes_per_second: int = MAX_LONG
     copy_quota_window_num: int = 11
@@ -147,6 +151,7 @@ class RemoteLogManagerConfig:
             rsm_props={k[len(rsm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rsm_prefix)},
             rlmm_props={k[len(rlmm_prefix):]: str(v) for k, v in raw.items() if k.startswith(rlmm_prefix)},
             reader_corrupt_segment_action=p["remote.log.reader.corrupt.segment.action"],
+            cleaner_max_rewrite_bytes_per_pass=p["remote.log.cleaner.max.rewrite.bytes.per.pass"],
             copy_max_bytes_per_second=p["remote.log.manager.copy.max.bytes.per.second"],
             copy_quota_window_num=p["remote.log.manager.copy.quota.window.num"],
             copy_quota_window_size_seconds=p["remote.log.manager.copy.quota.window.size.seconds"],

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from enum import IntEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from strata.common import Clock, Scheduler, TopicPartition
 from strata.common.crashpoints import crash_point
@@ -39,6 +40,9 @@ from strata.log.validator import (
     recompress_to_target,
 )
 from strata.protocol.records.batch import BatchHeader
+
+if TYPE_CHECKING:
+    from strata.log.cleaner.remote import RemoteTierCleaning
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +95,9 @@ class PartitionLog:
         # Called with (topic partition, offset) after a truncation: the log manager's hook, so the
         # log cleaner aborts a cleaning of the truncated range and its clean offset stays within the log.
         self.on_truncated: Callable[[TopicPartition, int], None] | None = None
+        # A tiered compacted log: its remote tier as the log cleaner sees it (set by the tiering layer while
+        # this broker leads or follows the partition; None: the cleaner cleans the local segments only).
+        self.remote_cleaning: RemoteTierCleaning | None = None
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -327,9 +334,17 @@ class PartitionLog:
 
     def delete_old_segments(self) -> int:
         """Apply ``retention.ms``, ``retention.bytes`` (local variants when tiered) and the log start."""
-        if "delete" not in self.config.cleanup_policy:
-            return self._delete_segments(retention.log_start_breached(self._retention_view()), "log start")
         now = self._clock.milliseconds()
+        if "delete" not in self.config.cleanup_policy:
+            deleted = self._delete_segments(retention.log_start_breached(self._retention_view()), "log start")
+            if self.remote_log_enabled and not self.config.remote_log_copy_disable:
+                # A tiered compacted log (KIP-1272): nothing expires, but the local copies of uploaded
+                # segments go by local.retention.* like any tiered log's (the remote copy stays).
+                deleted += self._delete_segments(retention.time_breached(self._retention_view(), now),
+                                                 "local retention time breach")
+                deleted += self._delete_segments(retention.size_breached(self._retention_view()),
+                                                 "local retention size breach")
+            return deleted
         view = self._retention_view()
         deleted = self._delete_segments(retention.time_breached(view, now), "retention time breach")
         deleted += self._delete_segments(retention.size_breached(self._retention_view()), "retention size breach")

@@ -65,6 +65,7 @@ from strata.tiered.api import (
     TopicIdPartition,
     load_class,
 )
+from strata.tiered.compaction import RemoteCompaction
 from strata.tiered.copier import (
     CopyCandidate,
     CustomMetadataSizeLimitExceededError,
@@ -311,6 +312,7 @@ class RemoteLogManager:
         loop = asyncio.get_running_loop()
         for tp, st in new.items():
             self._partitions[tp] = st
+            self._attach_compaction(st, loop)
             st.tasks.append(loop.create_task(self._copy_loop(st), name=f"rlm-copy-{tp}"))
             st.tasks.append(loop.create_task(self._expiration_loop(st), name=f"rlm-expire-{tp}"))
             st.tasks.append(loop.create_task(self._lag_loop(st), name=f"rlm-lag-{tp}"))
@@ -330,6 +332,7 @@ class RemoteLogManager:
             if st is not None:
                 for task in st.tasks:
                     task.cancel()
+            self._detach_compaction(tp)
             new[tp] = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
         if not new:
             return
@@ -347,6 +350,30 @@ class RemoteLogManager:
             if st is not None:
                 for task in st.tasks:
                     task.cancel()
+        self._detach_compaction(tp)
+
+    def _attach_compaction(self, st: PartitionTierState, loop: asyncio.AbstractEventLoop) -> None:
+        """The leader's log cleaner cleans the remote tier too (compacted topics, KIP-1272)."""
+        plog = self._log_for(st.tp)
+        if plog is None:
+            return
+        tp = st.tp
+        plog.remote_cleaning = RemoteCompaction(
+            self, st.tip, plog, self._clock,
+            lambda: self._partitions.get(tp) is st and not self._closed and self.leadership_confirmed(tp), loop)
+
+    def _detach_compaction(self, tp: TopicPartition) -> None:
+        plog = self._log_for(tp)
+        if plog is not None and isinstance(plog.remote_cleaning, RemoteCompaction):
+            plog.remote_cleaning = None
+
+    def _rewrites_in_flight(self, tip: TopicIdPartition) -> frozenset[RemoteLogSegmentId]:
+        plog = self._log_for(TopicPartition(tip.topic, tip.partition))
+        rc = plog.remote_cleaning if plog is not None else None
+        if not isinstance(rc, RemoteCompaction):
+            return frozenset()
+        with rc.lock:
+            return frozenset(rc.rewriting)
 
     def _stop_following(self, tp: TopicPartition) -> None:
         st = self._followers.pop(tp, None)
@@ -650,10 +677,11 @@ class RemoteLogManager:
         plog.update_highest_offset_in_remote_storage(md.end_offset)
         log.info("copied %s to remote storage in %.0f ms", describe(st.tip, md), (time.monotonic() - started) * 1e3)
 
-    def _copy_sync(self, md: RemoteLogSegmentMetadata, data: Any) -> None:
-        """COPY_SEGMENT_STARTED -> upload -> COPY_SEGMENT_FINISHED (a copier thread)."""
+    def _copy_sync(self, md: RemoteLogSegmentMetadata, data: Any, detail: str | None = None) -> None:
+        """COPY_SEGMENT_STARTED -> upload -> COPY_SEGMENT_FINISHED (a copier thread; the cleaner's for a
+        rewrite, whose crash points carry ``detail`` "rewrite")."""
         self.rlmm.add_remote_log_segment_metadata(md)
-        crash_point("copy.after_started")  # COPY_SEGMENT_STARTED is durable, nothing uploaded
+        crash_point("copy.after_started", detail)  # COPY_SEGMENT_STARTED is durable, nothing uploaded
         try:
             custom = self.rsm.copy_log_segment_data(md, data)
         except RetriableRemoteStorageError:
@@ -661,7 +689,7 @@ class RemoteLogManager:
         except Exception:
             self._cleanup_quietly(md)
             raise
-        crash_point("copy.after_upload")  # every object is in the store, COPY_SEGMENT_FINISHED not written
+        crash_point("copy.after_upload", detail)  # every object is in the store, COPY_SEGMENT_FINISHED not written
         self._abandon_if_taken_over(md)
         finished = RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, self._clock.milliseconds(), custom,
                                                   S.COPY_SEGMENT_FINISHED, self.broker_id)
@@ -723,8 +751,10 @@ class RemoteLogManager:
         sync = getattr(self.rlmm, "sync", None)
         if sync is not None:  # a cluster: an upload another broker finished meanwhile is not dangling
             sync(tip)
-        dangling = [md for md in self.rlmm.list_remote_log_segments(tip)
-                    if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in being_copied]
+        listed = list(self.rlmm.list_remote_log_segments(tip))
+        busy = being_copied | self._rewrites_in_flight(tip)  # read after the listing: see RemoteCompaction
+        dangling = [md for md in listed
+                    if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in busy]
         for md in dangling:
             log.info("deleting dangling upload %s (COPY_SEGMENT_STARTED, never finished)", describe(tip, md))
             self._delete_remote_segment(md)
@@ -740,19 +770,19 @@ class RemoteLogManager:
         self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             md.remote_log_segment_id, self._clock.milliseconds(), md.custom_metadata, state, self.broker_id))
 
-    def _delete_remote_segment(self, md: RemoteLogSegmentMetadata) -> None:
+    def _delete_remote_segment(self, md: RemoteLogSegmentMetadata, detail: str | None = None) -> None:
         """DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED (a worker thread)."""
         topic = md.topic_id_partition.topic
         if md.state is not S.DELETE_SEGMENT_STARTED:
             self._update_state(md, S.DELETE_SEGMENT_STARTED)
-        crash_point("delete.after_started")  # DELETE_SEGMENT_STARTED is durable, the objects still there
+        crash_point("delete.after_started", detail)  # DELETE_SEGMENT_STARTED is durable, the objects still there
         self.stats.mark("RemoteDeleteRequestsPerSec", topic)
         try:
             self.rsm.delete_log_segment_data(md)
         except Exception:
             self.stats.mark("RemoteDeleteErrorsPerSec", topic)
             raise
-        crash_point("delete.after_store_delete")  # objects gone, DELETE_SEGMENT_FINISHED not written
+        crash_point("delete.after_store_delete", detail)  # objects gone, DELETE_SEGMENT_FINISHED not written
         self._forget_indexes(md)
         self._update_state(md, S.DELETE_SEGMENT_FINISHED)
 
@@ -865,6 +895,10 @@ class RemoteLogManager:
         assert self.reader is not None, "RemoteLogManager not started"
         epochs = [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.epoch_entries()]
         reader = self.reader
+        if "compact" in plog.config.cleanup_policy:  # segments with offset gaps (KIP-1272)
+            reader.compacted.add(tip)
+        else:
+            reader.compacted.discard(tip)
         topic = tip.topic
         stats = self.stats
         fetch_quota = self.fetch_quota

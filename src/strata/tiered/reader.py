@@ -750,6 +750,9 @@ class RemoteLogReader:
         self._unusable_indexes: set[uuid.UUID] = set()  # failed the sanity check: scans start at 0
         self._reported_indexes: set[uuid.UUID] = set()  # an index that pointed wrong was reported once
         self.read_ahead: ReadAhead | None = None
+        # Partitions of compacted topics (KIP-1272): their segments have offset gaps, so a batch only has to
+        # start after the one before it, not right after it. Set by the RLM before each read.
+        self.compacted: set[TopicIdPartition] = set()
         # The last remote read's store error, cleared by the next read that succeeds. A remote fetch that
         # expires while this is set answers KAFKA_STORAGE_ERROR instead of Kafka's empty records: the
         # store is known to be failing, and the consumer should see it (and back off) rather than poll
@@ -926,7 +929,7 @@ class RemoteLogReader:
     @staticmethod
     def _find_batch(md: RemoteLogSegmentMetadata, window: _SegmentWindow, scan_from: int, read_ahead: int,
                     fetch_offset: int, previous: int | None, entry_offset: int | None,
-                    strict_entry: bool) -> tuple[tuple[int, BatchHeader] | None, int | None]:
+                    strict_entry: bool, gaps: bool = False) -> tuple[tuple[int, BatchHeader] | None, int | None]:
         """The first batch from ``scan_from`` whose last offset reaches ``fetch_offset`` (None: none), and the
         last offset of the batch before it (None: unknown).
 
@@ -939,7 +942,7 @@ class RemoteLogReader:
         """
         first = True
         for pos, h in window.headers(scan_from, read_ahead):
-            if previous is not None and h.base_offset != previous + 1:
+            if previous is not None and (h.base_offset <= previous if gaps else h.base_offset != previous + 1):
                 raise CorruptRecordError(f"remote segment {_id(md)}: batch base offset {h.base_offset} does not "
                                          f"follow offset {previous}", pos)
             if first and entry_offset is not None and not (
@@ -981,13 +984,14 @@ class RemoteLogReader:
             scan_from = start_pos
         if scan_from == 0:
             after = md.start_offset - 1
+        gaps = md.topic_id_partition in self.compacted
         first, previous = self._find_batch(md, window, scan_from, read_ahead, fetch_offset, after,
                                            entry_offset if scan_from == start_pos else None,
-                                           md.remote_log_segment_id.id not in self._reported_indexes)
+                                           md.remote_log_segment_id.id not in self._reported_indexes, gaps)
         if first is None:
             return None, hit
         position, header = first
-        if header.base_offset > max(fetch_offset, md.start_offset):
+        if header.base_offset > max(fetch_offset, md.start_offset) and not gaps:
             # Offsets are contiguous in a segment: the batch holding the offset was skipped (the index
             # pointed past it) or its offsets are corrupt.
             raise CorruptRecordError(f"remote segment {_id(md)}: the first batch at or after "
@@ -1000,7 +1004,7 @@ class RemoteLogReader:
             window.ensure(position, position + limit)
         # else: a read-ahead window answers with what it holds (whole batches), without another read
         end, last_offset, problem = _valid_batches_end(window, position, min(position + limit, window.end), md,
-                                                       previous)
+                                                       previous, gaps)
         if end == position:  # the first batch is invalid, or the store cut the segment short
             raise problem or TruncatedBatchError(f"remote segment {_id(md)} ends inside a batch", position)
         records = window.view(position, end)  # a view of the read buffer: no copy on this thread
@@ -1167,12 +1171,13 @@ def _id(md: RemoteLogSegmentMetadata) -> str:
 
 
 def _valid_batches_end(window: _SegmentWindow, position: int, limit: int, md: RemoteLogSegmentMetadata,
-                       previous: int | None = None) -> tuple[int, int, CorruptRecordError | None]:
+                       previous: int | None = None, gaps: bool = False) -> tuple[int, int, CorruptRecordError | None]:
     """End of the last whole, valid batch in ``[position, limit)``, its last offset, and what stopped the
     run if it was an invalid batch (None when it was the limit).
 
     Valid: the header parses, the CRC-32C matches, the base offset follows the previous batch's last
-    offset (segments of a tiered topic are never compacted, so offsets are contiguous), the last offset
+    offset (offsets are contiguous, except in a compacted topic's segments: ``gaps``, where it must only
+    follow it), the last offset
     is within the segment's metadata and the partition leader epoch is one of the segment's (or -1: no
     epoch). The base offset and the epoch are not covered by the CRC, hence the extra checks. The first
     batch is always examined (the caller sized ``limit`` to hold it when it must be sent); ``previous`` is
@@ -1196,7 +1201,8 @@ def _valid_batches_end(window: _SegmentWindow, position: int, limit: int, md: Re
         problem = None
         if compute_crc(data, at, header.size) != header.crc:
             problem = f"CRC-32C mismatch in the batch at offset {header.base_offset}"
-        elif (end > position or previous is not None) and header.base_offset != last_offset + 1:
+        elif (end > position or previous is not None) and (
+                header.base_offset <= last_offset if gaps else header.base_offset != last_offset + 1):
             problem = f"batch base offset {header.base_offset} does not follow offset {last_offset}"
         elif not md.start_offset <= header.base_offset <= header.last_offset <= md.end_offset:
             problem = (f"batch offsets [{header.base_offset}, {header.last_offset}] are outside the segment's "

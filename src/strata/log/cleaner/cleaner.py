@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,9 +33,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from strata.common import Clock
 from strata.common.crashpoints import crash_point
 from strata.log.cleaner.offset_map import OffsetMap
+from strata.log.cleaner.remote import RemoteSegmentRef, RemoteTierCleaning
 from strata.log.cleaner.transactions import CleanedTransactionMetadata
+from strata.log.errors import CleaningAbortedError
 from strata.log.files import CLEANED_SUFFIX
 from strata.log.segment import INT32_MAX, LogSegment
+from strata.log.txn_index import AbortedTxn
 from strata.protocol.records import BatchHeader, parse_header
 from strata.protocol.records.filtering import (
     RecordSpan,
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("strata.log.cleaner")
 
+REMOTE_SCRATCH = "remote-log-scratch"  # under the log dir (the RLM's scratch too): never a partition dir
 OUTPUT_CHUNK = 1 << 20  # bytes of retained batches buffered before an append to the cleaned segment
 
 
@@ -72,6 +77,8 @@ class CleanerStats:
     map_bytes_read: int = 0
     map_messages_read: int = 0
     invalid_messages_read: int = 0
+    remote_segments_replaced: int = 0
+    remote_bytes_rewritten: int = 0
     buffer_utilization: float = 0.0
     delete_horizon_ms: int | None = None  # the earliest horizon of the batches still holding tombstones/markers
 
@@ -99,6 +106,10 @@ class LogToClean:
     cleanable_bytes: int
     need_compaction_now: bool = False
     segments: list[LogSegment] = field(default_factory=list)  # the log's segments when chosen
+    # A tiered compacted log led here: its remote segments (offset order) and the local log start then.
+    # Empty otherwise (a follower, or an untiered log): only local segments are mapped and cleaned.
+    remote: list[RemoteSegmentRef] = field(default_factory=list)
+    local_log_start_offset: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -182,20 +193,53 @@ class Cleaner:
     # -- one cleaning ----------------------------------------------------------------------------
 
     def clean(self, ltc: LogToClean) -> tuple[int, CleanerStats]:
-        """Clean ``ltc``; returns the offset up to which the log is now clean, and the stats."""
+        """Clean ``ltc``; returns the offset up to which the log is now clean, and the stats.
+
+        A tiered compacted log led by this broker (``ltc.remote``) is cleaned across both tiers: the map
+        covers the dirty range in whichever tier holds it (remote below the local log start), the remote
+        segments are rewritten first (offset order, so the transaction state runs forward), then the
+        local ones as always. A pass that hit the remote rewrite budget returns the start of the first
+        remote segment it left, so the next pass maps from there and no superseded record is forgotten."""
         plog = ltc.log
         now = self._clock.milliseconds()
         stats = CleanerStats()
         segments = ltc.segments
-        self.build_offset_map(plog, segments, ltc.first_dirty_offset, ltc.first_uncleanable_offset, stats)
-        end_offset = self.map.latest_offset + 1
-        stats.map_done = time.monotonic()
-        config = plog.config
-        groups = group_segments_by_size([s for s in segments if s.base_offset < end_offset], config.segment_bytes,
-                                        config.segment_index_bytes, ltc.first_uncleanable_offset)
-        txn_metadata = CleanedTransactionMetadata()
-        for group in groups:
-            self.clean_segments(plog, group, now, stats, txn_metadata, ltc.first_uncleanable_offset)
+        remote = plog.remote_cleaning if ltc.remote else None
+        scratch = plog.dir.parent / REMOTE_SCRATCH / f"cleaner-{self.id}"
+        try:
+            try:
+                if remote is not None:
+                    remote.recover()
+                    shutil.rmtree(scratch, ignore_errors=True)
+                    scratch.mkdir(parents=True, exist_ok=True)
+                self.build_offset_map(plog, segments, ltc.first_dirty_offset, ltc.first_uncleanable_offset, stats,
+                                      ltc if remote is not None else None, scratch)
+                end_offset = self.map.latest_offset + 1
+                stats.map_done = time.monotonic()
+                if remote is not None:
+                    end_offset = self.clean_remote_segments(ltc, remote, end_offset, now, stats, scratch)
+            except CleaningAbortedError:
+                raise
+            except Exception as e:
+                if remote is None:
+                    raise
+                # The store or the metadata failing is no reason to give up on the partition until a restart
+                # (what an error in a local cleaning means): this cleaning stops, the next one starts over.
+                log.warning("%s: cleaning the remote tier failed, retried at the next cleaning: %s: %s",
+                            plog.topic_partition, type(e).__name__, e)
+                raise CleaningAbortedError(f"remote tier: {e}") from e
+            config = plog.config
+            groups = group_segments_by_size([s for s in segments if s.base_offset < end_offset],
+                                            config.segment_bytes, config.segment_index_bytes,
+                                            ltc.first_uncleanable_offset)
+            txn_metadata = CleanedTransactionMetadata()
+            for group in groups:
+                self.clean_segments(plog, group, now, stats, txn_metadata, ltc.first_uncleanable_offset)
+            if remote is not None and remote.can_rewrite():
+                remote.clean_offset = max(remote.clean_offset, end_offset)
+        finally:
+            if remote is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         stats.buffer_utilization = self.map.utilization
         stats.end = time.monotonic()
         return end_offset, stats
@@ -203,16 +247,37 @@ class Cleaner:
     # -- the offset map ----------------------------------------------------------------------------
 
     def build_offset_map(self, plog: PartitionLog, segments: Sequence[LogSegment], start: int, end: int,
-                         stats: CleanerStats) -> None:
+                         stats: CleanerStats, tiered: LogToClean | None = None, scratch: Path | None = None) -> None:
         """Map the keys of ``[start, end)``. Offsets below ``start`` count as mapped (they were cleaned
         before), so a cleaning with an empty dirty section still rewrites the clean section - what
-        removes tombstones whose delete horizon has passed when no new data arrives."""
+        removes tombstones whose delete horizon has passed when no new data arrives.
+
+        ``tiered``: the part of the range below the local log start is read from the remote segments
+        (downloaded one at a time into ``scratch``)."""
         m = self.map
         m.clear()
         m.update_latest_offset(start - 1)
         dirty = [s for s in segments if s.base_offset < end and _next_base(segments, s, end) > start]
         txn_metadata = CleanedTransactionMetadata()
-        txn_metadata.add_aborted_transactions(plog.collect_aborted_transactions(start, end))
+        remote = plog.remote_cleaning if tiered is not None else None
+        txn_metadata.add_aborted_transactions(_aborted_transactions(plog, remote, start, end))
+        if remote is not None and tiered is not None and scratch is not None:
+            local_start = tiered.local_log_start_offset
+            for ref in tiered.remote:
+                if ref.start_offset >= min(end, local_start):
+                    break
+                if ref.end_offset < start:
+                    continue
+                segment = remote.download(ref, scratch)
+                try:
+                    full = self._map_segment(plog, segment, start, min(ref.end_offset + 1, end), txn_metadata,
+                                             stats)
+                finally:
+                    segment.close_handlers()
+                    segment.delete_if_exists()
+                if full:
+                    log.debug("%s: offset map full in remote segment %d", plog.topic_partition, ref.start_offset)
+                    return
         for i, segment in enumerate(dirty):
             nxt = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
             if self._map_segment(plog, segment, start, nxt, txn_metadata, stats):
@@ -247,6 +312,63 @@ class Cleaner:
                 m.update_latest_offset(header.last_offset)
         m.update_latest_offset(next_start - 1)  # offsets compacted away at the end of the segment
         return False
+
+    # -- rewriting remote segments (the leader of a tiered compacted log) --------------------------
+
+    def clean_remote_segments(self, ltc: LogToClean, remote: RemoteTierCleaning, end_offset: int, now_ms: int,
+                              stats: CleanerStats, scratch: Path) -> int:
+        """Clean every remote segment below ``end_offset`` with the map; upload those that changed as new
+        segments (``remote.replace``). Returns the offset the log is clean below: ``end_offset``, or the
+        start of the first segment left when the pass's rewrite budget ran out."""
+        plog = ltc.log
+        if not remote.can_rewrite():
+            return min(end_offset, ltc.local_log_start_offset)  # leadership moved: the local part only
+        last_records = self._on_log_thread(lambda: last_records_of_active_producers(plog))
+        assert isinstance(last_records, dict)
+        txn_metadata = CleanedTransactionMetadata()
+        budget = remote.max_rewrite_bytes_per_pass
+        rewritten = 0
+        for ref in ltc.remote:
+            if ref.start_offset >= end_offset:
+                break
+            if rewritten >= budget:
+                log.info("%s: remote rewrite budget of %d bytes used: cleaning resumes at offset %d next pass",
+                         plog.topic_partition, budget, ref.start_offset)
+                return ref.start_offset
+            self._check_done(plog)
+            source = remote.download(ref, scratch)
+            cleaned: LogSegment | None = None
+            try:
+                txn_metadata.cleaned_index = []
+                txn_metadata.add_aborted_transactions(
+                    _aborted_transactions(plog, remote, ref.start_offset, ref.end_offset + 1))
+                cleaned = LogSegment(scratch, ref.start_offset, plog.config, self._clock, create=True,
+                                     suffix=CLEANED_SUFFIX)
+                changed, last_header = self._clean_into(plog, source, cleaned, now_ms, stats, txn_metadata,
+                                                        last_records, ltc.first_uncleanable_offset)
+                if not changed:
+                    continue
+                if cleaned.size == 0 and last_header is not None:
+                    # Everything went: an empty batch keeps the segment's last offset, so the range stays
+                    # covered (a reader skips it; a hole in the remote metadata would be out of range).
+                    piece = empty_batch(last_header)
+                    cleaned.append(piece, [(0, parse_header(piece, 0))])
+                for txn in txn_metadata.cleaned_index:
+                    cleaned.txn_index.append(txn)
+                cleaned.on_become_inactive_segment()
+                cleaned.flush()
+                self._check_done(plog)
+                remote.replace(ref, cleaned)
+                rewritten += cleaned.size
+                stats.remote_segments_replaced += 1
+                stats.remote_bytes_rewritten += cleaned.size
+            finally:
+                source.close_handlers()
+                source.delete_if_exists()
+                if cleaned is not None:
+                    cleaned.close_handlers()
+                    cleaned.delete_if_exists()
+        return end_offset
 
     # -- rewriting a group of segments -------------------------------------------------------------
 
@@ -292,7 +414,11 @@ class Cleaner:
 
     def _clean_into(self, plog: PartitionLog, source: LogSegment, dest: LogSegment, now_ms: int,
                     stats: CleanerStats, txn_metadata: CleanedTransactionMetadata,
-                    last_records: dict[int, LastRecord], upper_bound_offset: int) -> None:
+                    last_records: dict[int, LastRecord], upper_bound_offset: int) -> tuple[bool, BatchHeader | None]:
+        """Filter ``source`` into ``dest``; returns whether anything changed (a batch dropped or rebuilt: a
+        remote segment is uploaded again only then) and the source's last batch header."""
+        changed = False
+        last_header: BatchHeader | None = None
         delete_retention_ms = plog.config.delete_retention_ms
         m = self.map
         latest = m.latest_offset
@@ -302,6 +428,7 @@ class Cleaner:
         out_size = 0
         for _pos, header, batch in source.log.iter_batches(0, verify_crc=False):
             self._check_done(plog)
+            last_header = header
             stats.bytes_read += header.size
             self.throttler.maybe_throttle(header.size)
             # Kafka's checkBatchRetention
@@ -316,6 +443,7 @@ class Cleaner:
                 or header.next_offset == upper_bound_offset
             if discard_records and not retain_empty:
                 stats.messages_read += header.records_count
+                changed = True
                 continue
             payload = records_payload(batch, 0, header)
             spans = list(scan_records(header, payload))
@@ -355,7 +483,9 @@ class Cleaner:
             elif retain_empty:
                 piece = empty_batch(header)
             else:
+                changed = True
                 continue
+            changed = changed or piece is not batch
             new_header = header if piece is batch else parse_header(piece, 0)
             out.append(piece)
             out_headers.append((out_size, new_header))
@@ -366,6 +496,7 @@ class Cleaner:
                 out, out_headers, out_size = [], [], 0
         if out:
             self._append(dest, out, out_headers, stats)
+        return changed, last_header
 
     def _append(self, dest: LogSegment, out: list[bytes | memoryview], headers: list[tuple[int, BatchHeader]],
                 stats: CleanerStats) -> None:
@@ -374,6 +505,17 @@ class Cleaner:
         crash_point("cleaner.clean.after_append")  # a .cleaned segment half written
         stats.bytes_written += len(data)
         self.throttler.maybe_throttle(len(data))
+
+
+def _aborted_transactions(plog: PartitionLog, remote: RemoteTierCleaning | None, start: int,
+                          end: int) -> list[AbortedTxn]:
+    """Aborted transactions overlapping ``[start, end)`` from the local transaction indexes and, for a tiered
+    log, the remote ones (a transaction may begin in one tier and be aborted in the other)."""
+    found = plog.collect_aborted_transactions(start, end)
+    if remote is not None:
+        found = list(dict.fromkeys([*remote.aborted_transactions(start, end), *found]))
+        found.sort(key=lambda t: t.first_offset)
+    return found
 
 
 def _next_base(segments: Sequence[LogSegment], segment: LogSegment, default: int) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from strata.common import TopicPartition
 from strata.errors import KafkaStorageError
 from strata.log.checkpoints import OffsetCheckpointFile
 from strata.log.cleaner.cleaner import LogToClean
+from strata.log.cleaner.remote import RemoteSegmentRef
 from strata.log.errors import CleaningAbortedError, CorruptCheckpointError
 from strata.log.partition_log import PartitionLog
 
@@ -41,10 +42,20 @@ class OffsetsToClean:
     force_update_checkpoint: bool = False
 
 
-def cleanable_offsets(plog: PartitionLog, last_clean_offset: int | None, now_ms: int) -> OffsetsToClean:
-    """Kafka's ``LogCleanerManager.cleanableOffsets``."""
+def cleanable_offsets(plog: PartitionLog, last_clean_offset: int | None, now_ms: int,
+                      remote: Sequence[RemoteSegmentRef] = ()) -> OffsetsToClean:
+    """Kafka's ``LogCleanerManager.cleanableOffsets``, across both tiers for a tiered log.
+
+    A tiered log is cleaned only below its highest remote offset: a segment is uploaded as it is, never
+    while the cleaner rewrites it, and the remote copy is then cleaned like the local one. ``remote``
+    (the leader of a tiered compacted log): its remote segments, whose clean offset (reset when this
+    broker became leader) may pull the first dirty offset down into the remote tier, and whose max
+    timestamps count for ``min.compaction.lag.ms``."""
     log_start = plog.log_start_offset
     checkpointed = last_clean_offset if last_clean_offset is not None else log_start
+    tier = plog.remote_cleaning
+    if remote and tier is not None:
+        checkpointed = max(log_start, min(checkpointed, tier.clean_offset))
     force = False
     if checkpointed < log_start:
         first_dirty, force = log_start, True
@@ -57,8 +68,15 @@ def cleanable_offsets(plog: PartitionLog, last_clean_offset: int | None, now_ms:
     segments = plog.segments
     active = segments[-1]
     bounds = [plog.last_stable_offset, active.base_offset]
+    if plog.remote_log_enabled:
+        bounds.append(plog.highest_offset_in_remote_storage + 1)
     lag_ms = max(plog.config.min_compaction_lag_ms, 0)
     if lag_ms > 0:
+        for ref in remote:
+            if ref.end_offset >= first_dirty and ref.start_offset < plog.local_log_start_offset \
+                    and ref.max_timestamp_ms > now_ms - lag_ms:
+                bounds.append(ref.start_offset)
+                break
         for segment in _non_active_from(segments, first_dirty):
             if segment.largest_timestamp > now_ms - lag_ms:
                 bounds.append(segment.base_offset)
@@ -94,22 +112,35 @@ def _non_active_from(segments: list, offset: int) -> list:  # type: ignore[type-
 
 
 def build_log_to_clean(plog: PartitionLog, first_dirty: int, uncleanable: int,
-                       need_compaction_now: bool) -> LogToClean:
+                       need_compaction_now: bool, remote: Sequence[RemoteSegmentRef] = ()) -> LogToClean:
     """Kafka's ``LogToClean`` with ``calculateCleanableBytes``: the uncleanable bound moves down to the
     base of the segment holding it; clean bytes are the segments starting below the first dirty offset,
-    cleanable bytes those overlapping ``[first dirty, first uncleanable)``."""
+    cleanable bytes those overlapping ``[first dirty, first uncleanable)``. The remote segments below the
+    local log start count too (``remote``, a tiered log's leader), so ``min.cleanable.dirty.ratio`` keeps
+    its meaning across tiers."""
     segments = plog.segments
     non_active = _non_active_from(segments, uncleanable)
     first_uncleanable = non_active[0].base_offset if non_active else segments[-1].base_offset
+    if uncleanable <= plog.local_log_start_offset:  # a bound inside the remote tier (min.compaction.lag.ms)
+        first_uncleanable = min(first_uncleanable, uncleanable)
     low = min(first_dirty, first_uncleanable)
     clean_bytes = cleanable = 0
+    local_start = plog.local_log_start_offset
+    for ref in remote:
+        if ref.start_offset >= local_start:
+            break
+        if ref.end_offset < first_dirty:
+            clean_bytes += ref.size
+        elif ref.start_offset < first_uncleanable:
+            cleanable += ref.size
     for i, s in enumerate(segments):
         if s.base_offset < first_dirty:
             clean_bytes += s.size
         reaches_low = i + 1 == len(segments) or segments[i + 1].base_offset > low
         if s.base_offset < first_uncleanable and reaches_low:
             cleanable += s.size
-    return LogToClean(plog, first_dirty, first_uncleanable, clean_bytes, cleanable, need_compaction_now, segments)
+    return LogToClean(plog, first_dirty, first_uncleanable, clean_bytes, cleanable, need_compaction_now, segments,
+                      list(remote), local_start)
 
 
 class LogCleanerManager:
@@ -201,16 +232,24 @@ class LogCleanerManager:
         candidates: list[LogToClean] = []
         max_delay = 0
         for tp, plog in self._logs().items():
-            if "compact" not in plog.config.cleanup_policy or tp in busy or plog.remote_log_enabled:
+            if "compact" not in plog.config.cleanup_policy or tp in busy:
                 continue
-            offsets = cleanable_offsets(plog, checkpoints.get(tp), now_ms)
+            tier = plog.remote_cleaning
+            remote: list[RemoteSegmentRef] = []
+            if plog.remote_log_enabled and tier is not None and tier.can_rewrite():
+                try:
+                    remote = tier.segments()
+                except Exception as e:  # noqa: BLE001 - the metadata still loading, say: next round
+                    log.debug("%s: remote segments not available to the cleaner yet: %s", tp, e)
+                    continue
+            offsets = cleanable_offsets(plog, checkpoints.get(tp), now_ms, remote)
             if offsets.force_update_checkpoint:
                 self.update_checkpoint(tp, offsets.first_dirty_offset)
             delay = max_compaction_delay_ms(plog, offsets.first_dirty_offset, now_ms)
             max_delay = max(max_delay, delay)
             horizon_passed = tp in horizons and horizons[tp] <= now_ms
             ltc = build_log_to_clean(plog, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset,
-                                     delay > 0 or horizon_passed)
+                                     delay > 0 or horizon_passed, remote)
             if ltc.total_bytes > 0:
                 candidates.append(ltc)
         self.max_compaction_delay_ms = max_delay
