@@ -2,7 +2,7 @@
 throughput with confluent-kafka against raw asyncio sockets.
 
     .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
-                                                  security|diskless]
+                                                  security|diskless|tiered-compaction]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -33,6 +33,7 @@ import report as bench_report
 import security_bench
 import spark_bench
 import tiered_bench
+import tiered_compaction_bench
 import txn_bench
 
 HERE = Path(__file__).resolve().parent
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="scratch directory for the logs and plain files (deleted afterwards)")
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
-                                           "rejoin", "txn", "cleaner", "security", "diskless"],
+                                           "rejoin", "txn", "cleaner", "security", "diskless",
+                                           "tiered-compaction"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         security_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "diskless"):  # diskless topics: produce latency, PUTs/GiB, consume vs classic, $/GiB
         diskless_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "tiered-compaction"):  # cleaning a compacted topic's remote tier vs its local log
+        tiered_compaction_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0
