@@ -252,7 +252,9 @@ def dump_file(path: Path, options: DumpOptions = DumpOptions()) -> Iterator[Even
         try:
             base_offset = offset_from_file_name(path.name)
         except ValueError:
-            pass
+            stem = path.name.split(".", 1)[0]
+            if len(stem) > 21 and stem[20] == "-" and stem[:20].isdigit():
+                base_offset = int(stem[:20])  # a remote segment's object: {base offset:020d}-{segment id}.log
     yield Event(EventKind.FILE, kind, {"path": str(path), "type": str(kind), "base_offset": base_offset})
     if kind is FileType.UNKNOWN:
         yield _note(kind, f"Ignoring unknown file {path}")
