@@ -99,6 +99,29 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_uncommitted",
         c.close()
 
 
+def timestamps(bootstrap: str, topic: str, below: int) -> list[tuple[int, int]]:
+    """(offset, timestamp) of every record below ``below``."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ts-{time.monotonic_ns()}", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    out: list[tuple[int, int]] = []
+    try:
+        c.assign([CkTopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            if m.offset() < below:
+                out.append((m.offset(), m.timestamp()[1]))
+        return out
+    finally:
+        c.close()
+
+
 def live_segments_match_the_store(b: TieredBroker, topic: str) -> tuple[set[str], set[str]]:
     """(ids the store holds, ids the RSM's history says were copied and not deleted) for partition 0."""
     held = {p.name[21:-4] for p in b.remote_dir.glob(f"{topic}-*/0/*.log")}  # {start:020d}-{id}.log
@@ -137,6 +160,13 @@ def test_a_tiered_compacted_topic_is_cleaned_in_both_tiers(broker: TieredBroker)
     # The store holds only live segments.
     wait_until("the store holds exactly the live segments",
                lambda: (lambda held, live: held == live)(*live_segments_match_the_store(broker, TOPIC)))
+    # ListOffsets by timestamp searches the compacted remote segments: the first surviving record at or after
+    # the time asked (timestamps rise with the offsets: one producer, CreateTime).
+    stamped = timestamps(broker.bootstrap, TOPIC, tracked_end)
+    local_start = broker.earliest_local_offset(TOPIC, 0)
+    for offset, ts in [r for r in stamped if r[0] < local_start][::97]:
+        want = min(o for o, t in stamped if t >= ts)
+        assert broker.list_offsets(TOPIC, 0, ts)[0] == want, (offset, ts)
     # strata dump-log reads a rewritten remote segment (its object, named {start:020d}-{id}.log): gaps are
     # notes, not problems.
     rewritten = {e["segment_id"]: e["start_offset"] for e in rewrites}
