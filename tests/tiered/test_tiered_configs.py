@@ -33,6 +33,10 @@ def test_tiered_config_rules(tiered: TieredBroker) -> None:
     # KIP-1272: unlike Kafka, a compacted topic may be tiered (tests/tiered/test_tiered_compaction.py)
     admin.create_topics([NewTopic("c", 1, 1, config={"remote.storage.enable": "true", "cleanup.policy": "compact"})],
                         operation_timeout=10)["c"].result(timeout=30)
+    with pytest.raises(KafkaException) as e:  # its remote segments have offset gaps: compact stays
+        tiered.alter_topic("c", {"cleanup.policy": "delete"})
+    assert "cleanup.policy cannot drop `compact`" in e.value.args[0].str()
+    tiered.alter_topic("c", {"cleanup.policy": "compact,delete"})
     assert "local.retention.ms" in create_error(admin, "r", {"remote.storage.enable": "true", "retention.ms": "1000",
                                                              "local.retention.ms": "2000"})
     assert "local.retention.bytes" in create_error(admin, "r", {"remote.storage.enable": "true",

@@ -267,4 +267,10 @@ def remote_config_problem(new: LogConfig, old: LogConfig | None, system_enabled:
                 "remote data and turn to read only, please set `remote.storage.enable=true,"
                 "remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote "
                 "data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+    if old is not None and old.remote_storage_enable and new.remote_storage_enable \
+            and "compact" in old.cleanup_policy and "compact" not in new.cleanup_policy:
+        # Its remote segments may have offset gaps, which the remote reader accepts only in compacted topics
+        # (elsewhere a gap means a corrupt base offset): Strata's addition, Kafka never tiers compacted topics.
+        return ("cleanup.policy cannot drop `compact` on a tiered topic: its remote segments were compacted. "
+                "Use cleanup.policy=compact,delete to add time and size retention.")
     return None
