@@ -58,6 +58,7 @@ class ClusterMember:
         self._deleting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         replicas.on_transition.append(self._on_transition)
+        replicas.broker_alive = lambda broker: broker in node.metadata.brokers
 
     @property
     def broker_id(self) -> int:

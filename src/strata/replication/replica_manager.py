@@ -73,6 +73,10 @@ class ReplicaManager:
         # Diskless partitions whose replicas consolidate from the coordinator (not by fetching from the leader):
         # they stay in the ISR. Set by the diskless service; a classic partition being switched is not in it yet.
         self.consolidating: set[TopicPartition] = set()
+        # Whether a broker is registered (cluster mode: the metadata cache's view). A diskless partition's ISR
+        # is expanded to its live replicas only: re-adding a dead one the controller removed would write
+        # ZooKeeper at every ISR check while it is down.
+        self.broker_alive: Callable[[int], bool] = lambda _broker: True
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._isr_tasks: set[asyncio.Task[None]] = set()
 
@@ -299,7 +303,7 @@ class ReplicaManager:
                 # they are never out of sync; every replica stays eligible as leader (a shrunk ISR would
                 # leave the partition offline when its leader dies). A new diskless partition counts from
                 # its creation; a classic one being switched is shrunk as usual until its seal.
-                full = frozenset(part.replicas)
+                full = part.isr | frozenset(r for r in part.replicas if r == self.node_id or self.broker_alive(r))
                 if part.isr != full:
                     self._propose_isr(part, full, "expand")
                 continue
