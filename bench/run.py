@@ -2,7 +2,7 @@
 throughput with confluent-kafka against raw asyncio sockets.
 
     .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
-                                                  security|diskless|tiered-compaction]
+                                                  security|diskless|tiered-compaction|rlmm]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -30,6 +30,7 @@ import diskless_bench
 import log_bench
 import rejoin_bench
 import report as bench_report
+import rlmm_restart_bench
 import security_bench
 import spark_bench
 import tiered_bench
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
                                            "rejoin", "txn", "cleaner", "security", "diskless",
-                                           "tiered-compaction"],
+                                           "tiered-compaction", "rlmm"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         diskless_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered-compaction"):  # cleaning a compacted topic's remote tier vs its local log
         tiered_compaction_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "rlmm"):  # remote log metadata at 1M and 10M segments: restart, memory, lookups
+        rlmm_restart_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

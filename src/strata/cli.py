@@ -1,8 +1,9 @@
 """The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``transactions``, ``version``, and Kafka's
 tools.
 
-``topics``, ``configs`` and ``consumer-groups`` take the flags of ``kafka-topics.sh``,
-``kafka-configs.sh`` and ``kafka-consumer-groups.sh`` (``bin/`` has wrappers by those names); their
+``topics``, ``configs``, ``consumer-groups`` and ``remote-log-metadata-migration`` take the flags of
+``kafka-topics.sh``, ``kafka-configs.sh``, ``kafka-consumer-groups.sh`` and
+``kafka-remote-log-metadata-migration.sh`` (``bin/`` has wrappers by those names); their
 logic is in :mod:`strata.tools`, and their exit codes are Kafka's: 1 for any failure, Kafka's own
 argument checks included (a flag argparse does not know is still 2).
 
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_configs_parser(commands)
     _add_consumer_groups_parser(commands)
     _add_acls_parser(commands)
+    _add_remote_log_metadata_migration_parser(commands)
     version = commands.add_parser("version", parents=[verbose], help="print the version")
     version.set_defaults(func=_cmd_version, command_parser=version)
     return parser
@@ -290,6 +292,26 @@ def _add_acls_parser(commands: Any) -> None:
     p.add_argument("--authorizer-properties", action="append", help=argparse.SUPPRESS)  # refused with a message
     p.add_argument("--authorizer", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_kafka_tool, tool="acls_cmd", command_parser=p)
+
+
+def _add_remote_log_metadata_migration_parser(commands: Any) -> None:
+    p = _kafka_tool_parser(commands, "remote-log-metadata-migration", "kafka-remote-log-metadata-migration.sh",
+                           "Move __remote_log_metadata to a compacted topic (KIP-1266: version 0 -> 1 -> 2)")
+    p.add_argument("--upgrade-to-v1", action="store_true",
+                   help="Version 1: cleanup.policy=compact,delete with retention.ms and min.compaction.lag.ms set to "
+                        "--retention-ms, so the records without a key expire before the cleaner may drop them.")
+    p.add_argument("--retention-ms", metavar="<Long: retention ms>",
+                   help="With --upgrade-to-v1: how long records are kept while at version 1; longer than the "
+                        "retention of every topic with remote storage enabled.")
+    p.add_argument("--check", action="store_true",
+                   help="Scan the topic for records without a key (exit 1 while any remain); with --upgrade-to-v2 "
+                        "the scan decides.")
+    p.add_argument("--upgrade-to-v2", action="store_true",
+                   help="Version 2: cleanup.policy=compact, retention.ms and min.compaction.lag.ms overrides removed; "
+                        "refused while records without a key remain.")
+    p.add_argument("--force", action="store_true",
+                   help="With --upgrade-to-v2: skip the scan (records without a key left are lost to the cleaner).")
+    p.set_defaults(func=_cmd_kafka_tool, tool="remote_log_metadata_migration_cmd", command_parser=p)
 
 
 def _cmd_kafka_tool(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -30,6 +30,7 @@ from strata.log.producer_state import AppendOrigin
 from strata.log.reading import iter_log_records
 from strata.protocol.records import BatchBuilder, decode_batch, iter_batches
 from strata.replication.replica_manager import ReplicaManager
+from strata.tiered.metadata.keys import new_topic_configs
 
 if TYPE_CHECKING:
     from strata.broker.topics import TopicInfo
@@ -40,6 +41,7 @@ REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 CALL_TIMEOUT_S = 120.0  # remote.log.metadata.consume.wait.ms's default
 
 T = TypeVar("T")
+MetadataRecord = tuple[int, bytes | None, bytes | None]  # (offset, key, value): value None is a tombstone
 
 
 class BrokerMetadataTopic:
@@ -70,17 +72,16 @@ class BrokerMetadataTopic:
     def ensure_created(self, num_partitions: int, retention_ms: int, replication_factor: int = 1) -> int:
         def create() -> int:
             info = self._topics.get(REMOTE_LOG_METADATA_TOPIC)
-            if info is None:
-                info = self._create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, {
-                    "retention.ms": str(retention_ms), "cleanup.policy": "delete", "remote.storage.enable": "false"})
+            if info is None:  # compacted (KIP-1266); an existing topic keeps its configs until migrated
+                info = self._create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, new_topic_configs(retention_ms))
             return info.partitions
 
         return self._on_loop(create)
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
         def write() -> int:
             builder = BatchBuilder()
-            builder.append(value, key=None)
+            builder.append(value, key=key)
             tp = TopicPartition(REMOTE_LOG_METADATA_TOPIC, partition)
             try:
                 info = self._replicas.append(tp, builder.build(), AppendOrigin.COORDINATOR)
@@ -90,11 +91,12 @@ class BrokerMetadataTopic:
 
         return self._on_loop(write)
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
-        def read_all() -> list[tuple[int, bytes]]:
+    def read(self, partition: int, from_offset: int) -> Iterator[MetadataRecord]:
+        def read_all() -> list[MetadataRecord]:
             plog = self._log(partition)
             plog.update_high_watermark(plog.log_end_offset)
-            return [(r.offset, r.value) for r in iter_log_records(plog, from_offset) if r.value is not None]
+            records = [(r.offset, r.key, r.value) for r in iter_log_records(plog, from_offset)]
+            return _with_position(records, from_offset, plog.log_end_offset)
 
         return iter(self._on_loop(read_all))
 
@@ -216,10 +218,9 @@ class ClusterMetadataTopic:
             info = self._topics.get(REMOTE_LOG_METADATA_TOPIC)
             if info is None:
                 try:
-                    info = await self._admin.create_topic(
+                    info = await self._admin.create_topic(  # compacted (KIP-1266); an existing topic is kept
                         REMOTE_LOG_METADATA_TOPIC, num_partitions, replication_factor,
-                        {"retention.ms": str(retention_ms), "cleanup.policy": "delete",
-                         "remote.storage.enable": "false"})
+                        new_topic_configs(retention_ms))
                 except ApiError as e:
                     if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                         raise
@@ -228,12 +229,12 @@ class ClusterMetadataTopic:
 
         return self._call(create, timeout_s=30.0)
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
         tp = TopicPartition(REMOTE_LOG_METADATA_TOPIC, partition)
 
         async def produce() -> int:
             builder = BatchBuilder()
-            builder.append(value, key=None)
+            builder.append(value, key=key)
             batch = builder.build()
             leader = self._leader(partition)
             if leader == self._node_id:
@@ -257,29 +258,30 @@ class ClusterMetadataTopic:
 
         return self._call(produce)
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
-        async def read_all() -> list[tuple[int, bytes]]:
-            out: list[tuple[int, bytes]] = []
+    def read(self, partition: int, from_offset: int) -> Iterator[MetadataRecord]:
+        async def read_all() -> list[MetadataRecord]:
+            out: list[MetadataRecord] = []
             offset = from_offset
             while True:
-                got, high_watermark, offset = await self._read_once(partition, offset, 0)
+                got, high_watermark, next_offset = await self._read_once(partition, offset, 0)
                 out.extend(got)
-                if offset >= high_watermark or not got:
+                if next_offset >= high_watermark or next_offset <= offset:
                     return out
+                offset = next_offset
 
         return iter(self._call(read_all))
 
-    def poll(self, positions: dict[int, int], max_wait_ms: int) -> dict[int, list[tuple[int, bytes]]]:
+    def poll(self, positions: dict[int, int], max_wait_ms: int) -> dict[int, list[MetadataRecord]]:
         """New committed records of several partitions from their positions: one long-polling Fetch per
         leader broker, local reads for the partitions led here (the RLMM's consumer task)."""
-        async def poll_all() -> dict[int, list[tuple[int, bytes]]]:
+        async def poll_all() -> dict[int, list[MetadataRecord]]:
             by_leader: dict[int, list[int]] = {}
             for p in positions:
                 try:
                     by_leader.setdefault(self._leader(p), []).append(p)
                 except _Retriable:
                     continue
-            out: dict[int, list[tuple[int, bytes]]] = {}
+            out: dict[int, list[MetadataRecord]] = {}
             local = [p for p in by_leader.pop(self._node_id, []) if self._local_leader_log(p) is not None]
             for p in local:
                 out[p] = (await self._read_once(p, positions[p], 0))[0]
@@ -290,7 +292,7 @@ class ClusterMetadataTopic:
                 for result in results:
                     if isinstance(result, BaseException):
                         raise result
-                    for p, (records, _hw) in result.items():
+                    for p, (records, _hw, _next) in result.items():
                         out[p] = records
             elif not any(out.values()) and local:
                 await self._replicas.wait_for_data(
@@ -308,22 +310,22 @@ class ClusterMetadataTopic:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    async def _read_once(self, partition: int, offset: int, wait_ms: int) -> tuple[list[tuple[int, bytes]], int, int]:
-        """(records, high watermark, next offset) of one read from the leader."""
+    async def _read_once(self, partition: int, offset: int, wait_ms: int) -> tuple[list[MetadataRecord], int, int]:
+        """(records, high watermark, next offset) of one read from the leader: the next offset follows the
+        batches read, not the records (a compacted batch may have none left; see ``_with_position``)."""
         plog = self._local_leader_log(partition)
         if plog is not None:
             high_watermark = plog.high_watermark
-            got = [(r.offset, r.value) for r in iter_log_records(plog, offset, high_watermark)
-                   if r.value is not None]
-            return got, high_watermark, high_watermark if got or offset < plog.log_start_offset else offset
+            got = [(r.offset, r.key, r.value) for r in iter_log_records(plog, offset, high_watermark)]
+            next_offset = max(offset, high_watermark)
+            return _with_position(got, offset, next_offset), high_watermark, next_offset
         leader = self._leader(partition)
         if leader == self._node_id:  # named leader, not taken up yet (a restart): ask again, not ourselves
             raise _Retriable(f"partition {partition}: this broker has not taken up its leadership yet")
-        records, high_watermark = (await self._fetch(leader, {partition: offset}, wait_ms))[partition]
-        return records, high_watermark, records[-1][0] + 1 if records else offset
+        return (await self._fetch(leader, {partition: offset}, wait_ms))[partition]
 
     async def _fetch(self, leader: int, positions: dict[int, int], wait_ms: int
-                     ) -> dict[int, tuple[list[tuple[int, bytes]], int]]:
+                     ) -> dict[int, tuple[list[MetadataRecord], int, int]]:
         response = await self._request(
             leader, FETCH, FETCH_VERSION, wait_ms / 1000 + CALL_TIMEOUT_S / 4, polling=wait_ms > 0, replica_id=-1,
             max_wait=timedelta(milliseconds=wait_ms), min_bytes=1, max_bytes=FETCH_MAX_BYTES, isolation_level=0,
@@ -333,17 +335,17 @@ class ClusterMetadataTopic:
                  "log_start_offset": -1, "partition_max_bytes": FETCH_MAX_BYTES} for p, offset in positions.items()]}])
         if response.error_code:
             raise _Retriable(f"fetch answered error {int(response.error_code)}")
-        out: dict[int, tuple[list[tuple[int, bytes]], int]] = {}
+        out: dict[int, tuple[list[MetadataRecord], int, int]] = {}
         for t in response.responses:
             for p in t.partitions:
                 index = int(p.partition_index)
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     # Retention passed our position: what it deleted is gone for everyone; go on from the start.
-                    out[index] = ([], int(p.high_watermark))
-                    positions[index] = int(p.log_start_offset)
+                    out[index] = ([], int(p.high_watermark), max(positions[index], int(p.log_start_offset)))
                     continue
                 self._check(int(p.error_code), f"fetch of {REMOTE_LOG_METADATA_TOPIC}-{index} from broker {leader}")
-                out[index] = (_decode_records(p.records or b"", positions[index]), int(p.high_watermark))
+                records, next_offset = _decode_records(p.records or b"", positions[index])
+                out[index] = (records, int(p.high_watermark), next_offset)
         return out
 
     async def _list_offset(self, partition: int, spec: int) -> int:
@@ -367,15 +369,34 @@ class ClusterMetadataTopic:
         self._connections.clear()
 
 
-def _decode_records(data: bytes, from_offset: int) -> list[tuple[int, bytes]]:
-    """(offset, value) of the data records at or after ``from_offset`` in whole fetched batches."""
-    out = []
+def _decode_records(data: bytes, from_offset: int) -> tuple[list[MetadataRecord], int]:
+    """(offset, key, value) of the data records at or after ``from_offset`` in whole fetched batches (tombstones
+    included), and the offset after the last batch."""
+    out: list[MetadataRecord] = []
+    next_offset = from_offset
     try:
         for position, header in iter_batches(data):
-            if header.is_control or header.next_offset <= from_offset:
+            if header.next_offset <= from_offset:
                 continue
-            out.extend((r.offset, r.value) for r in decode_batch(data, position).records
-                       if r.offset >= from_offset and r.value is not None)
+            next_offset = max(next_offset, header.next_offset)
+            if header.is_control:
+                continue
+            out.extend((r.offset, r.key, r.value) for r in decode_batch(data, position).records
+                       if r.offset >= from_offset)
     except CorruptRecordError as e:
         raise _Retriable(f"a fetched batch is corrupt: {e}") from None
-    return out
+    return _with_position(out, from_offset, next_offset), next_offset
+
+
+def _with_position(records: list[MetadataRecord], from_offset: int, next_offset: int) -> list[MetadataRecord]:
+    """``records``, ending with ``(next_offset - 1, None, None)`` when the read went past its last record.
+
+    Compaction leaves batches with no record (the cleaner keeps the last batch of a cleaned range, emptied)
+    and gaps; a reader that positions itself after the last record it applied would ask for such a range
+    again and again, each answer returned at once, never waiting: the consumer task would spin. The marker
+    (no key, no value: nothing to apply, the RLMM's ``_decode`` gives None) moves its position past it, as a
+    Kafka consumer's position follows the batches it fetched."""
+    last = records[-1][0] if records else from_offset - 1
+    if next_offset - 1 > last:
+        records.append((next_offset - 1, None, None))
+    return records

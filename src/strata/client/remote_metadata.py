@@ -19,6 +19,7 @@ from strata.errors import TruncatedBatchError
 from strata.protocol.records import BatchHeader, decode_batch, iter_batches
 from strata.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from strata.tiered.metadata.cache import RemotePartitionMetadataStore
+from strata.tiered.metadata.keys import compacted_away_delete_started
 from strata.tiered.metadata.partitioner import RemoteLogMetadataTopicPartitioner
 from strata.tiered.metadata.serde import RemoteLogSegmentMetadataSnapshot, deserialize
 
@@ -112,6 +113,9 @@ class RemoteLogMetadataReader:
         if md is None or isinstance(md, RemoteLogSegmentMetadataSnapshot):
             return
         try:
+            started = compacted_away_delete_started(self.store, md)  # a compacted topic: as the broker's RLMM
+            if started is not None:
+                self.store.handle_remote_log_metadata(started)
             self.store.handle_remote_log_metadata(md)
         except Exception as e:  # noqa: BLE001 - the broker's RLMM drops events its cache refuses, so do we
             log.debug("dropping event %s-%d@%d: %s", REMOTE_LOG_METADATA_TOPIC, partition, offset, e)

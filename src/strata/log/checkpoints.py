@@ -52,16 +52,21 @@ class EpochEntry(NamedTuple):
 # -- durable write ----------------------------------------------------------------------------
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file, never a torn one.
 
     Kafka's recipe: write ``<file>.tmp``, fsync it, rename it over the target, fsync the directory
-    (the rename itself is only durable once the directory entry is on disk).
+    (the rename itself is only durable once the directory entry is on disk). ``data`` may be a list of
+    buffers, written in order: a large file (the RLMM snapshot's arrays) is never joined into one copy.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes | bytearray | memoryview):
+                f.write(data)
+            else:
+                for chunk in data:
+                    f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         crash_point("checkpoint.before_rename", path.name)  # the new version is durable, not yet in place

@@ -66,7 +66,7 @@ class GatedTopic(InMemoryMetadataTopic):
         self.gate = threading.Event()
         self.gate.set()
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         assert self.gate.wait(30)
         return super().read(partition, from_offset)
 

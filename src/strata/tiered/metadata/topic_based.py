@@ -1,10 +1,30 @@
 """Kafka's ``TopicBasedRemoteLogMetadataManager`` for a single broker, plus a local snapshot.
 
-Kafka's design, kept: every metadata event is a record (serde.py bytes, null key) in the internal
-topic ``__remote_log_metadata``, in the partition the :class:`RemoteLogMetadataTopicPartitioner`
-picks for its user partition; the in-memory :class:`RemoteLogMetadataCache` of each user partition
-is filled only by applying those records in offset order; a write returns once the broker's own
-cache has applied it (read-your-writes).
+Kafka's design, kept: every metadata event is a record (serde.py bytes) in the internal topic
+``__remote_log_metadata``, in the partition the :class:`RemoteLogMetadataTopicPartitioner` picks
+for its user partition; the in-memory :class:`RemoteLogMetadataCache` of each user partition is
+filled only by applying those records in offset order; a write returns once the broker's own cache
+has applied it (read-your-writes).
+
+KIP-1266, so the topic stays small: records are keyed (``keys.py``: a segment's base record, its
+latest update, a partition's delete metadata; Strata's keys end with the segment id, unlike
+Kafka's, see there why) and the topic is created compacted. Once a segment is DELETE_SEGMENT_FINISHED
+the writer appends tombstones for its base key, then its update key (that order: a cleaning that
+stops between them leaves no base record without its final update), so the cleaner removes it after
+``delete.retention.ms``; after DELETE_PARTITION_FINISHED, tombstones for the partition's remaining
+segments and its delete key. Replaying a compacted topic sees, per live segment, the base record
+then the latest update (a base record is written once and stays below its updates), which rebuilds
+the same segments, states and readable ranges as the full history; only what deleted segments left
+in the per-epoch state is gone (an epoch whose segments are all deleted, a highest offset held by a
+segment no longer COPY_SEGMENT_FINISHED). Two rules make a partial history apply cleanly:
+
+* a DELETE_SEGMENT_FINISHED for a segment still COPY_SEGMENT_STARTED/FINISHED first moves it to
+  DELETE_SEGMENT_STARTED (the record it replaced under the update key), where Kafka's cache would
+  refuse the transition and keep a segment whose data is gone;
+* a tombstone is a no-op for a segment or partition the cache does not hold, and is logged and
+  ignored for one it holds (only the leader writes tombstones, after the deletion finished: such a
+  reader missed records, and dropping live metadata would orphan remote data, keeping it costs at
+  most a second, idempotent deletion).
 
 Single-broker changes (why): there are no Kafka producer/consumer clients - the broker injects a
 :class:`MetadataTopic` that appends to and reads from the topic's local log - and no consumer
@@ -23,23 +43,8 @@ offset + 1. A corrupt or mismatched snapshot is ignored (full replay); a metadat
 records no longer connect to the snapshot (retention deleted past it, or the topic was recreated)
 is replayed in full, dropping what the snapshot said about its user partitions.
 
-Snapshot file (all integers big-endian)::
-
-    magic "SRLM" | version int16 = 1 | crc32c uint32 of everything after it
-    numMetadataPartitions int32 | appliedOffset int64 per metadata partition (-1: none)
-    uvarint n, n x stopped TopicIdPartition          (name: uvarint len + UTF-8, id 16 bytes, partition int32)
-    uvarint n, n x (uvarint len, RemotePartitionDeleteMetadataRecord body)     # serde apiKey 2
-    uvarint n, n x user partition:
-        TopicIdPartition
-        uvarint n, n x uint32 body length, then the n RemoteLogSegmentMetadataSnapshotRecord bodies (apiKey 3)
-        uvarint n, n x orphan segment id (16 bytes)   # ids an epoch state names but no segment has
-        uvarint n, n x epoch: epoch int32 | highestLogOffset int64 (-1: none) | r uint32 | u uint32
-                              | r x startOffset int64 | r x referenced id index uint32
-                              | u x unreferenced id index uint32
-      (id index: position in the partition's segments, then its orphan ids)
-
-Arrays are fixed-width so each is decoded by one ``struct.unpack_from``: restart time is what the
-snapshot is for.
+The snapshot file's format - version 2 since issue 28: each cache's columns, mapped and adopted as
+they are at load; version 1 files are still read - is ``snapshot.py``'s docstring.
 """
 
 from __future__ import annotations
@@ -48,48 +53,47 @@ import asyncio
 import gc
 import itertools
 import logging
-import struct
 import threading
 import time
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from crc32c import crc32c
-
 from strata.common.crashpoints import crash_point
 from strata.config.defs import ConfigDef, ConfigKey, at_least
 from strata.errors import InvalidConfigError, KafkaStorageError
-from strata.log.checkpoints import atomic_write
 from strata.tiered.api import (
     RemoteLogMetadata,
     RemoteLogMetadataManager,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageNotReadyError,
     TopicIdPartition,
 )
-from strata.tiered.metadata.cache import EpochStateSnapshot, RemoteLogMetadataCache, RemotePartitionMetadataStore
+from strata.tiered.metadata.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from strata.tiered.metadata.keys import (
+    KeyKind,
+    Tombstone,
+    compacted_away_delete_started,
+    parse_key,
+    partition_delete_key,
+    segment_key,
+    segment_update_key,
+)
 from strata.tiered.metadata.partitioner import RemoteLogMetadataTopicPartitioner
 from strata.tiered.metadata.serde import (
-    ByteReader,
     RemoteLogSegmentMetadataSnapshot,
-    decode_partition_delete_body,
-    decode_snapshot_metadata,
     deserialize,
-    encode_partition_delete_body,
-    encode_snapshot_body,
-    encode_uvarint,
     serialize,
 )
+from strata.tiered.metadata.snapshot import RlmmSnapshot, encode_snapshot, read_snapshot, tp_sort_key, write_snapshot
 
 __all__ = [
     "REMOTE_LOG_METADATA_TOPIC_NAME", "SNAPSHOT_FILE_NAME", "LoadStats", "MetadataTopic",
@@ -173,15 +177,19 @@ class MetadataTopic(Protocol):
     """The broker's handle on ``__remote_log_metadata`` (replaces Kafka's producer, consumer and admin)."""
 
     def ensure_created(self, num_partitions: int, retention_ms: int, replication_factor: int) -> int:
-        """Create the topic if missing (cleanup.policy=delete, remote.storage.enable=false); its partition count."""
+        """Create the topic if missing (``keys.new_topic_configs``: compacted, remote.storage.enable=false);
+        its partition count. An existing topic keeps its configs (a delete-policy one stays version 0 until
+        ``strata remote-log-metadata-migration`` moves it)."""
         ...
 
-    def append(self, partition: int, value: bytes) -> int:
-        """Append one record (null key); the record's offset once it is durable (acks=all)."""
+    def append(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
+        """Append one record (``value`` None: a tombstone); its offset once it is durable (acks=all)."""
         ...
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
-        """``(offset, value)`` from ``max(from_offset, start_offset)`` to the current end."""
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """``(offset, key, value)`` from ``max(from_offset, start_offset)`` to the current end, tombstones
+        included. A compacted topic has offset gaps; ``(offset, None, None)`` may mark a position without a
+        record (a batch the cleaner emptied), so the reader's position moves past it."""
         ...
 
     def end_offset(self, partition: int) -> int: ...
@@ -205,13 +213,6 @@ class LoadStats:
 POLL_WAIT_MS = 200  # the consumer task's long-poll: how stale a follower's view of the metadata may get
 _REPLAY_BATCH = 1024  # records applied per hold of the apply lock while replaying
 _NO_OFFSET = -1
-_SNAPSHOT_MAGIC = b"SRLM"
-_SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEADER = struct.Struct(">4shI")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_EPOCH_HEAD = struct.Struct(">iqII")
-_TP_TAIL = struct.Struct(">16si")
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -416,7 +417,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for p in range(config.metadata_topic_partitions_count):
             if self._closing:
                 return
-            stats.records_replayed += self._replay(p)
+            stats.records_replayed += self._replay(p, stats)
             self._finish_partition_load(p)
         stats.duration_s = time.perf_counter() - started
         self.load_stats = stats
@@ -431,16 +432,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if self._events_since_snapshot >= config.snapshot_events:
             self._snapshot_wakeup.set()  # a long replay: snapshot soon so the next restart is short
 
-    def _replay(self, partition: int) -> int:
+    def _replay(self, partition: int, stats: LoadStats | None = None) -> int:
         """Apply the partition's records after the last applied one; returns how many were applied."""
         assert self._topic is not None
         # Read and decode outside the apply lock (the broker's topic reads hop onto its event loop);
         # apply in batches under it, so writers of loaded partitions are never held up for long.
         records = iter(self._topic.read(partition, self._last_applied[partition] + 1))
+        if partition not in self._loaded and self._last_applied[partition] != _NO_OFFSET:
+            records = self._check_resumed_replay(partition, list(records), stats)
         applied = 0
         while not self._closing:
-            batch = [(offset, self._decode(partition, offset, value))
-                     for offset, value in itertools.islice(records, _REPLAY_BATCH)]
+            batch = [(offset, self._decode(partition, offset, value, key))
+                     for offset, key, value in itertools.islice(records, _REPLAY_BATCH)]
             if not batch:
                 break
             with self._lock:
@@ -448,6 +451,40 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     if self._apply(partition, offset, md):
                         applied += 1
         return applied
+
+    def _check_resumed_replay(self, partition: int, records: list[tuple[int, bytes | None, bytes | None]],
+                              stats: LoadStats | None) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """The records after the snapshot's offset, if none of them was compacted away; else the whole partition,
+        its state from the snapshot dropped. A snapshot is a consumer's position: after it the cleaner may have
+        removed a segment's DELETE_SEGMENT_FINISHED and then, past ``delete.retention.ms``, its tombstones, and
+        a replay of what is left would keep that segment for ever. Nothing but compaction leaves an offset
+        without a record in this topic (no transactions, no control batches), so a gap is the proof."""
+        expected = self._last_applied[partition] + 1
+        for offset, _key, _value in records:
+            if offset != expected:
+                break
+            expected += 1
+        else:
+            return iter(records)
+        assert self._partitioner is not None and self._topic is not None
+        log.warning("Records after offset %d of %s-%d, where the RLMM snapshot stopped, were compacted away since: "
+                    "replaying that partition in full", self._last_applied[partition], REMOTE_LOG_METADATA_TOPIC_NAME,
+                    partition)
+        with self._lock:
+            for tp in self._store.partitions():
+                if self._partitioner.metadata_partition(tp) == partition:
+                    self._store.clear_topic_partition(tp)
+                    if tp in self._assigned:
+                        self._store.maybe_load_partition(tp)
+            for tp in self._store.delete_metadata_items():
+                if self._partitioner.metadata_partition(tp.topic_id_partition) == partition:
+                    self._store.clear_topic_partition(tp.topic_id_partition)
+            self._stopped.difference_update([tp for tp in self._stopped
+                                             if self._partitioner.metadata_partition(tp) == partition])
+            self._last_applied[partition] = _NO_OFFSET
+        if stats is not None:
+            stats.full_replay_partitions = sorted({*stats.full_replay_partitions, partition})
+        return iter(self._topic.read(partition, 0))
 
     def _finish_partition_load(self, partition: int) -> None:
         assert self._partitioner is not None
@@ -494,7 +531,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 time.sleep(min(1.0, 0.05 * failures))
                 continue
             for partition, records in batches.items():
-                decoded = [(offset, self._decode(partition, offset, value)) for offset, value in records]
+                decoded = [(offset, self._decode(partition, offset, value, key)) for offset, key, value in records]
                 with self._lock:
                     for offset, md in decoded:
                         self._apply(partition, offset, md)
@@ -513,9 +550,20 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     # -- the one way into the cache ---------------------------------------------------------------
 
-    def _decode(self, partition: int, offset: int, value: bytes | None) -> RemoteLogMetadata | None:
+    def _decode(self, partition: int, offset: int, value: bytes | None,
+                key: bytes | None = None) -> RemoteLogMetadata | Tombstone | None:
+        """The event a record holds, a :class:`Tombstone` for a null value, None for what cannot be applied."""
+        if value is None:
+            if key is None:
+                return None
+            try:
+                return Tombstone(parse_key(key))
+            except ValueError as e:
+                log.warning("Skipping the tombstone at offset %d of %s-%d: %s", offset, REMOTE_LOG_METADATA_TOPIC_NAME,
+                            partition, e)
+                return None
         try:
-            md = deserialize(value)  # type: ignore[arg-type]
+            md = deserialize(value)
         except ValueError as e:
             log.error("Skipping the undecodable record at offset %d of %s-%d: %s", offset,
                       REMOTE_LOG_METADATA_TOPIC_NAME, partition, e)
@@ -526,7 +574,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return None
         return md
 
-    def _apply(self, partition: int, offset: int, md: RemoteLogMetadata | None,
+    def _apply(self, partition: int, offset: int, md: RemoteLogMetadata | Tombstone | None,
                only: TopicIdPartition | None = None) -> bool:
         """Apply the record at ``offset`` of ``partition`` to the cache; False if it was already applied.
 
@@ -546,7 +594,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 return True
         elif md is None or md.topic_id_partition != only:
             return True
+        if isinstance(md, Tombstone):
+            self._apply_tombstone(partition, offset, md)
+            return True
         try:
+            self._bridge_compacted_delete(md)
             self._store.handle_remote_log_metadata(md)
         except (ValueError, RemoteStorageError) as e:  # an event the cache refuses: Kafka logs it too
             log.error("Dropping the event at offset %d of %s-%d: %s", offset, REMOTE_LOG_METADATA_TOPIC_NAME,
@@ -556,6 +608,40 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if cache is not None and not cache.is_initialized():
                 cache.mark_initialized()
         return True
+
+    def _bridge_compacted_delete(self, md: RemoteLogMetadata) -> None:
+        """``keys.compacted_away_delete_started``: a DELETE_SEGMENT_FINISHED for a segment still COPY_SEGMENT_*
+        here goes through the DELETE_SEGMENT_STARTED compaction removed. Caller holds the apply lock."""
+        started = compacted_away_delete_started(self._store, md)
+        if started is not None:
+            log.debug("Applying DELETE_SEGMENT_STARTED before the DELETE_SEGMENT_FINISHED of %s: its record was "
+                      "compacted away", started.remote_log_segment_id)
+            self._store.handle_remote_log_metadata(started)
+
+    def _apply_tombstone(self, partition: int, offset: int, tombstone: Tombstone) -> None:
+        """A tombstone says its segment (or partition delete metadata) is gone: nothing to do when the cache
+        does not hold it (never seen, or deleted by the DELETE_SEGMENT_FINISHED / DELETE_PARTITION_FINISHED the
+        writer applied before writing it). One it still holds is kept, with a warning: tombstones are written
+        only after the deletion finished, so this reader missed records (compacted away after the position it
+        resumed from); dropping live metadata would orphan remote data, keeping it costs at most a deletion
+        that the leader's retention repeats (deleting is idempotent). Caller holds the apply lock."""
+        key = tombstone.key
+        tp = key.topic_id_partition
+        segment_id = key.remote_log_segment_id
+        if segment_id is not None:
+            cache = self._store.get(tp)
+            live = cache.segment_metadata(segment_id) if cache is not None else None
+            if live is not None:
+                log.warning("Keeping %s (%s): the tombstone for its %s key at offset %d of %s-%d came before this "
+                            "broker applied its DELETE_SEGMENT_FINISHED (records it never read were compacted away)",
+                            segment_id, live.state.name, "update" if key.kind is KeyKind.SEGMENT_UPDATE else "base",
+                            offset, REMOTE_LOG_METADATA_TOPIC_NAME, partition)
+            return
+        pending = self._store.partition_delete_metadata(tp)
+        if pending is not None:
+            log.warning("Keeping the %s delete metadata of %s: its tombstone at offset %d of %s-%d came before "
+                        "this broker applied its DELETE_PARTITION_FINISHED", pending.state.name, tp, offset,
+                        REMOTE_LOG_METADATA_TOPIC_NAME, partition)
 
     def _reload_partition(self, tp: TopicIdPartition) -> None:
         """Rebuild a stopped partition's cache from its metadata partition, then track it again.
@@ -577,10 +663,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     self._stopped.discard(tp)
                     self._store.clear_topic_partition(tp)
                     cache = self._store.maybe_load_partition(tp)  # not initialised while replaying (Kafka's rule)
-                    for offset, value in records:
+                    for offset, key, value in records:
                         if offset > last:
                             break
-                        self._apply(partition, offset, self._decode(partition, offset, value), only=tp)
+                        self._apply(partition, offset, self._decode(partition, offset, value, key), only=tp)
                     cache.mark_initialized()
                     return
             more = list(self._topic.read(partition, covered + 1))  # records applied since the first read
@@ -598,7 +684,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                              f"{RemoteLogSegmentState.COPY_SEGMENT_STARTED.name} but it contains state as: "
                              f"{metadata.state.name}")
         self._check_writable(metadata.topic_id_partition)
-        self._store_remote_log_metadata(metadata.topic_id_partition, metadata)
+        self._store_remote_log_metadata(metadata.topic_id_partition, metadata, segment_key(metadata))
 
     def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
         if update.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
@@ -607,14 +693,28 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         tp = update.topic_id_partition
         self._check_writable(tp)
         cache = self._store.get(tp)
-        if cache is None or cache.segment_metadata(update.remote_log_segment_id) is None:
+        base = cache.segment_metadata(update.remote_log_segment_id) if cache is not None else None
+        if base is None:
             raise RemoteResourceNotFoundError(
                 f"No remote log segment metadata found for :{update.remote_log_segment_id}")
-        self._store_remote_log_metadata(tp, update)
+        self._store_remote_log_metadata(tp, update, segment_update_key(base))
+        if update.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+            # Base key first: a cleaning that stops between the two keeps the final update, never a lone base.
+            self._append_tombstones(tp, [segment_key(base), segment_update_key(base)])
 
     def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
-        self._check_writable(metadata.topic_id_partition)
-        self._store_remote_log_metadata(metadata.topic_id_partition, metadata)
+        tp = metadata.topic_id_partition
+        self._check_writable(tp)
+        finished = metadata.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+        cache = self._store.get(tp) if finished else None
+        # Segments the partition's deletion did not move to DELETE_SEGMENT_FINISHED one by one (the cache drops
+        # them with the partition): without tombstones their records would outlive it and bring it back in a
+        # replay of the compacted topic once the delete metadata's own tombstone is gone.
+        leftover = list(cache.list_all_remote_log_segments()) if cache is not None else []
+        self._store_remote_log_metadata(tp, metadata, partition_delete_key(tp))
+        if finished:
+            keys = [key for md in leftover for key in (segment_key(md), segment_update_key(md))]
+            self._append_tombstones(tp, [*keys, partition_delete_key(tp)])
 
     def _check_writable(self, tp: TopicIdPartition) -> None:
         self._check_usable()
@@ -628,22 +728,41 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             # writes too: the partition is no longer assigned to the broker's consumer).
             raise RemoteStorageError(f"{tp} is stopped (on_stop_partitions); assign it again before writing")
 
-    def _store_remote_log_metadata(self, tp: TopicIdPartition, md: RemoteLogMetadata) -> None:
+    def _store_remote_log_metadata(self, tp: TopicIdPartition, md: RemoteLogMetadata, key: bytes) -> None:
         """Append the event, then catch its metadata partition up to it, so the caller reads its write."""
         assert self._topic is not None and self._partitioner is not None
         value = serialize(md)
         partition = self._partitioner.metadata_partition(tp)
         log.debug("Storing the partition: %s metadata: %s", tp, md)
+        offset = self._append(partition, value, key)
+        crash_point("rlmm.append.after_write")  # the event is in the topic, not yet in the cache
+        self._wait_till_consumption_catches_up(partition, offset, md)
+
+    def _append(self, partition: int, value: bytes | None, key: bytes) -> int:
+        assert self._topic is not None
         try:
-            offset = self._topic.append(partition, value)
+            return self._topic.append(partition, value, key)
         except RemoteStorageError:
             raise
         except Exception as e:
             raise RemoteStorageError(f"cannot append to {REMOTE_LOG_METADATA_TOPIC_NAME}-{partition}: {e}") from e
-        crash_point("rlmm.append.after_write")  # the event is in the topic, not yet in the cache
-        self._wait_till_consumption_catches_up(partition, offset, md)
 
-    def _wait_till_consumption_catches_up(self, partition: int, offset: int, md: RemoteLogMetadata) -> None:
+    def _append_tombstones(self, tp: TopicIdPartition, keys: list[bytes]) -> None:
+        """Best effort, as in Kafka: the deletion is durable already, and a missing tombstone only leaves the
+        segment's last two records in the compacted topic (a replay still deletes it: ``_bridge_compacted_delete``)."""
+        assert self._partitioner is not None
+        partition = self._partitioner.metadata_partition(tp)
+        try:
+            offset = _NO_OFFSET
+            for key in keys:
+                offset = self._append(partition, None, key)
+            self._wait_till_consumption_catches_up(partition, offset, None)
+        except RemoteStorageError as e:
+            log.warning("Could not write the tombstones of %d keys of %s to %s-%d: their last records stay in the "
+                        "compacted topic (a replay still applies them as deleted): %s", len(keys), tp,
+                        REMOTE_LOG_METADATA_TOPIC_NAME, partition, e)
+
+    def _wait_till_consumption_catches_up(self, partition: int, offset: int, md: RemoteLogMetadata | None) -> None:
         assert self._topic is not None
         deadline = time.monotonic() + self.config.consume_wait_ms / 1000
         while True:
@@ -654,9 +773,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             # records another thread applied meanwhile are skipped, so the order stays the topic's.
             records = list(self._topic.read(partition, last + 1))
             with self._lock:
-                for off, value in records:
+                for off, key, value in records:
                     # Our own record is applied as the object we were given (it round-trips exactly).
-                    self._apply(partition, off, md if off == offset else self._decode(partition, off, value))
+                    self._apply(partition, off, md if off == offset and md is not None
+                                else self._decode(partition, off, value, key))
                 if self._last_applied[partition] >= offset:
                     return
             if time.monotonic() >= deadline:
@@ -813,28 +933,33 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 if not self._all_loaded.is_set() or self._failure is not None:
                     return 0
                 offsets = list(self._last_applied)
-                caches = [(tp, cache.snapshot()) for tp, cache in self._store.items()]
+                # Copies of the columns, taken under the apply lock: one consistent cut, encoded outside it.
+                caches = [(tp, cache.export_columns()) for tp, cache in self._store.items()]
                 delete_metadata = self._store.delete_metadata_items()
-                stopped = sorted(self._stopped | self._pending_reload, key=_tp_sort_key)
+                stopped = sorted(self._stopped | self._pending_reload, key=tp_sort_key)
                 events = self._events_since_snapshot
                 self._events_since_snapshot = 0
             try:
-                data = _encode_snapshot(offsets, stopped, delete_metadata, caches)
-                atomic_write(self.snapshot_path, data)
+                size = write_snapshot(self.snapshot_path, encode_snapshot(offsets, stopped, delete_metadata, caches))
             except (KafkaStorageError, ValueError):
                 with self._lock:
                     self._events_since_snapshot += events  # still dirty: the next attempt writes them
                 raise
             self._last_snapshot_monotonic = time.monotonic()
-            self.last_snapshot_bytes = len(data)
-            log.info("Wrote the RLMM snapshot %s: %d bytes, %d user partitions", self.snapshot_path, len(data),
+            self.last_snapshot_bytes = size
+            log.info("Wrote the RLMM snapshot %s: %d bytes, %d user partitions", self.snapshot_path, size,
                      len(caches))
-            return len(data)
+            if not self._closing:
+                # Caches still on the pages of the file this one replaced move to memory of their own,
+                # so that file's blocks are freed (a no-op for the others; skipped at shutdown).
+                for _, cache in self._store.items():
+                    cache.detach()
+            return size
 
-    def _read_snapshot(self, stats: LoadStats) -> _Snapshot | None:
+    def _read_snapshot(self, stats: LoadStats) -> RlmmSnapshot | None:
         path = self.snapshot_path
         try:
-            data = path.read_bytes()
+            snapshot = read_snapshot(path, self.config.metadata_topic_partitions_count)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -842,8 +967,6 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             log.warning("Ignoring the RLMM snapshot %s (%s): replaying %s in full", path, e,
                         REMOTE_LOG_METADATA_TOPIC_NAME)
             return None
-        try:
-            snapshot = _decode_snapshot(data, self.config.metadata_topic_partitions_count)
         except ValueError as e:
             stats.snapshot_error = str(e)
             log.warning("Ignoring the RLMM snapshot %s (%s): replaying %s in full", path, e,
@@ -872,124 +995,3 @@ def _gc_paused(pause: bool = True) -> Iterator[None]:
     finally:
         if pause and was_enabled:
             gc.enable()
-
-
-# -- snapshot file encoding ------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Snapshot:
-    offsets: list[int]
-    stopped: list[TopicIdPartition]
-    delete_metadata: list[RemotePartitionDeleteMetadata]
-    caches: dict[TopicIdPartition, RemoteLogMetadataCache]
-
-
-def _tp_sort_key(tp: TopicIdPartition) -> tuple[str, int, bytes]:
-    return tp.topic, tp.partition, tp.topic_id.bytes
-
-
-def _encode_tp(tp: TopicIdPartition) -> bytes:
-    name = tp.topic.encode("utf-8")
-    return encode_uvarint(len(name)) + name + _TP_TAIL.pack(tp.topic_id.bytes, tp.partition)
-
-
-def _read_tp(r: ByteReader) -> TopicIdPartition:
-    name = r.take(r.uvarint("topic name length"), "topic name")
-    topic_id, partition = r.fixed(_TP_TAIL, "topic id/partition")
-    try:
-        return TopicIdPartition(uuid.UUID(bytes=topic_id), name.decode("utf-8"), partition)
-    except UnicodeDecodeError as e:
-        raise r.error("topic name", f"not UTF-8: {e}") from None
-
-
-def _encode_snapshot(offsets: list[int], stopped: Iterable[TopicIdPartition],
-                     delete_metadata: list[RemotePartitionDeleteMetadata],
-                     caches: list[tuple[TopicIdPartition, tuple[list[RemoteLogSegmentMetadata],
-                                                               dict[int, EpochStateSnapshot]]]]) -> bytes:
-    out = [_I32.pack(len(offsets)), struct.pack(f">{len(offsets)}q", *offsets)]
-    stopped_list = list(stopped)
-    out.append(encode_uvarint(len(stopped_list)))
-    out.extend(_encode_tp(tp) for tp in stopped_list)
-    out.append(encode_uvarint(len(delete_metadata)))
-    for md in delete_metadata:
-        body = encode_partition_delete_body(md)
-        out += (encode_uvarint(len(body)), body)
-    out.append(encode_uvarint(len(caches)))
-    for tp, (segments, epochs) in caches:
-        out.append(_encode_tp(tp))
-        bodies = [encode_snapshot_body(RemoteLogSegmentMetadataSnapshot.create(md)) for md in segments]
-        out.append(encode_uvarint(len(bodies)))
-        out.append(struct.pack(f">{len(bodies)}I", *map(len, bodies)))
-        out.extend(bodies)
-        index = {md.remote_log_segment_id: i for i, md in enumerate(segments)}
-        orphans = list(dict.fromkeys(
-            segment_id for state in epochs.values()
-            for segment_id in (*state.referenced, *state.unreferenced) if segment_id not in index))
-        for segment_id in orphans:
-            index[segment_id] = len(index)
-        out.append(encode_uvarint(len(orphans)))
-        out.extend(segment_id.id.bytes for segment_id in orphans)
-        out.append(encode_uvarint(len(epochs)))
-        for epoch, state in epochs.items():
-            r, u = len(state.referenced), len(state.unreferenced)
-            highest = _NO_OFFSET if state.highest_log_offset is None else state.highest_log_offset
-            out.append(_EPOCH_HEAD.pack(epoch, highest, r, u))
-            out.append(struct.pack(f">{r}q{r + u}I", *state.referenced_offsets,
-                                   *(index[i] for i in state.referenced), *(index[i] for i in state.unreferenced)))
-    body = b"".join(out)
-    return _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c(body)) + body
-
-
-def _decode_snapshot(data: bytes, expected_partitions: int) -> _Snapshot:
-    """Parse and validate the whole file; ValueError (naming the problem) on any mismatch or corruption."""
-    if len(data) < _SNAPSHOT_HEADER.size:
-        raise ValueError(f"file too short ({len(data)} bytes)")
-    magic, version, crc = _SNAPSHOT_HEADER.unpack_from(data)
-    if magic != _SNAPSHOT_MAGIC:
-        raise ValueError(f"bad magic {magic!r}")
-    if version != _SNAPSHOT_VERSION:
-        raise ValueError(f"unsupported snapshot version {version}")
-    body = data[_SNAPSHOT_HEADER.size:]
-    if crc32c(body) != crc:
-        raise ValueError("CRC32C mismatch")
-    r = ByteReader(body, "RLMM snapshot")
-    (n,) = r.fixed(_I32, "metadata partition count")
-    if n != expected_partitions:
-        raise ValueError(f"written for {n} metadata partitions, configured {expected_partitions}")
-    offsets = list(r.fixed(struct.Struct(f">{n}q"), "applied offsets"))
-    stopped = [_read_tp(r) for _ in range(r.uvarint("stopped count"))]
-    delete_metadata = []
-    for _ in range(r.uvarint("partition delete count")):
-        size = r.uvarint("partition delete length")
-        delete_metadata.append(decode_partition_delete_body(r.take(size, "partition delete record")))
-    caches: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
-    for _ in range(r.uvarint("user partition count")):
-        tp = _read_tp(r)
-        count = r.uvarint("segment count")
-        lengths = r.fixed(struct.Struct(f">{count}I"), "segment lengths")
-        if sum(lengths) > len(body) - r.pos:
-            raise r.error("segments", "lengths exceed the bytes left")
-        segments: list[RemoteLogSegmentMetadata] = []
-        pos = r.pos
-        for size in lengths:
-            segments.append(decode_snapshot_metadata(body, pos, pos + size, tp))
-            pos += size
-        r.pos = pos
-        ids = [md.remote_log_segment_id for md in segments]
-        ids.extend(RemoteLogSegmentId(tp, uuid.UUID(bytes=r.take(16, "orphan id")))
-                   for _ in range(r.uvarint("orphan count")))
-        epochs: dict[int, EpochStateSnapshot] = {}
-        for _ in range(r.uvarint("epoch count")):
-            epoch, highest, n_ref, n_unref = r.fixed(_EPOCH_HEAD, "epoch")
-            arrays = r.fixed(struct.Struct(f">{n_ref}q{n_ref + n_unref}I"), "epoch arrays")
-            try:
-                state = EpochStateSnapshot(None if highest == _NO_OFFSET else highest, list(arrays[:n_ref]),
-                                           [ids[i] for i in arrays[n_ref:2 * n_ref]],
-                                           [ids[i] for i in arrays[2 * n_ref:]])
-            except IndexError:
-                raise r.error("epoch arrays", f"a segment index is out of range ({len(ids)} ids)") from None
-            epochs[epoch] = state
-        caches[tp] = RemoteLogMetadataCache.restore(segments, epochs)
-    r.finish()
-    return _Snapshot(offsets, stopped, delete_metadata, caches)

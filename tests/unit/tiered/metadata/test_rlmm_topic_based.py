@@ -28,6 +28,7 @@ from strata.tiered.api import (
     TopicIdPartition,
     load_class,
 )
+from strata.tiered.metadata.keys import partition_delete_key, segment_key, segment_update_key
 from strata.tiered.metadata.memory import InMemoryMetadataTopic
 from strata.tiered.metadata.partitioner import RemoteLogMetadataTopicPartitioner
 from strata.tiered.metadata.serde import deserialize, serialize
@@ -263,7 +264,7 @@ class GatedTopic(InMemoryMetadataTopic):
         self.gate = threading.Event()
         self.reached = threading.Event()
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         if partition == self.gated_partition and not self.gate.is_set():
             self.reached.set()
             assert self.gate.wait(10)
@@ -310,7 +311,8 @@ def test_read_your_writes_and_record_placement(managers):
     # Both events are in TP1's metadata partition, in Kafka's bytes, in order.
     partition = rlmm.metadata_partition(TP1)
     assert partition == 1
-    assert list(managers.topic.read(partition, 0)) == [(0, serialize(md)), (1, serialize(u))]
+    assert list(managers.topic.read(partition, 0)) == [(0, segment_key(md), serialize(md)),
+                                                        (1, segment_update_key(md), serialize(u))]
     assert all(managers.topic.end_offset(p) == 0 for p in range(PARTITIONS) if p != partition)
     assert rlmm.read_offset_for_partition(partition) == 1
     assert rlmm.read_offset_for_partition(0) is None
@@ -420,7 +422,7 @@ def test_records_from_other_writers_are_applied_in_order(managers):
 
 
 class LaggingTopic(InMemoryMetadataTopic):
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         return iter(())  # never shows the appended record
 
 
@@ -432,7 +434,7 @@ def test_write_times_out_when_its_record_is_never_readable(managers):
 
 def test_append_failure_is_a_remote_storage_error(managers):
     class Broken(InMemoryMetadataTopic):
-        def append(self, partition: int, value: bytes) -> int:
+        def append(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
             raise OSError("disk full")
 
     rlmm = managers.new(topic=Broken())
@@ -488,8 +490,10 @@ def test_partition_delete_finished_drops_the_cache(managers):
     with pytest.raises(RemoteResourceNotFoundError):
         rlmm.list_remote_log_segments(TP1)
     assert len(list(rlmm.list_remote_log_segments(TP0))) == 4
-    assert [type(deserialize(v)).__name__ for _, v in managers.topic.read(1, 0)][-3:] == \
+    records = list(managers.topic.read(1, 0))
+    assert [type(deserialize(v)).__name__ for _, _, v in records if v is not None][-3:] == \
         ["RemotePartitionDeleteMetadata"] * 3
+    assert records[-1][1:] == (partition_delete_key(TP1), None)  # then the tombstone of its key
 
 
 # -- restart -----------------------------------------------------------------------------------------------
@@ -652,11 +656,11 @@ class LoopTopic(InMemoryMetadataTopic):
             return fn()
         return self.loop.submit(fn).result(timeout=10)
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         return iter(self.on_loop(lambda: list(InMemoryMetadataTopic.read(self, partition, from_offset))))
 
-    def append(self, partition: int, value: bytes) -> int:
-        return self.on_loop(lambda: InMemoryMetadataTopic.append(self, partition, value))
+    def append(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
+        return self.on_loop(lambda: InMemoryMetadataTopic.append(self, partition, value, key))
 
 
 def test_partition_tracking_on_the_topics_loop_thread_does_not_deadlock_writers(managers):
@@ -699,7 +703,7 @@ class ShortReadTopic(InMemoryMetadataTopic):
     limit: int | None = None
     empty_after_first: bool = False
 
-    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         records = list(super().read(partition, from_offset))
         if self.empty_after_first and from_offset > 0:
             return iter(())
