@@ -226,9 +226,11 @@ def test_mixed_client_group_splits_partitions_and_hands_over_committed_offsets(b
     try:
         for m in members:
             m.start()
+        # Three clients joining one by one rebalance up to three times, each bounded by the rebalance timeout
+        # (MAX_POLL_MS, 15 s) when a member is slow to rejoin: on a loaded machine 30 s was too short once.
         wait_until("3 members with 2 partitions each",
                    lambda: sorted(len(m.assignment) for m in members) == [2, 2, 2]
-                   and frozenset().union(*(m.assignment for m in members)) == frozenset(range(n)))
+                   and frozenset().union(*(m.assignment for m in members)) == frozenset(range(n)), timeout=60)
         desc = describe(broker.bootstrap, group)
         assert desc.state.name == "STABLE" and desc.partition_assignor == "roundrobin"
         assert sorted(m.client_id for m in desc.members) == ["aiokafka-member", "confluent-member",

@@ -227,6 +227,12 @@ def test_a_replicated_classic_topic_switched_to_diskless(zk_connect: str, tmp_pa
             p.produce("sw", value=b"e%04d" % i + PAD, partition=i % 2)
         assert p.flush(60) == 0
         time.sleep(1)
+        if replicated_bytes(cluster) - replicated_before >= 0.1 * 300 * len(PAD):
+            # Seen once in a clean-clone run (cause not found yet): who still fetches what, for the next look.
+            for broker_id, b in cluster.brokers.items():
+                fetched = {k: v for k, v in scrape(b).items() if k.startswith(FETCHER_BYTES) or 'topic="sw"' in k}
+                print(f"broker {broker_id}: {fetched}")
+            print(cluster.metadata("sw"))
         assert replicated_bytes(cluster) - replicated_before < 0.1 * 300 * len(PAD), \
             "followers stopped copying from the leader once sealed"
 

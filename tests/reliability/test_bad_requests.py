@@ -102,8 +102,6 @@ CREATE_CASES: list[tuple[str, dict[str, Any], int, str]] = [
      {"configs": {**TIERED, "retention.ms": "60000", "local.retention.ms": "120000"}}, 40, "local.retention.ms"),
     ("tiered: unlimited local retention under a total limit",
      {"configs": {**TIERED, "retention.ms": "60000", "local.retention.ms": "-1"}}, 40, "local.retention.ms"),
-    ("tiered: compacted topic", {"configs": {**TIERED, "cleanup.policy": "compact"}}, 40, "compacted"),
-    ("tiered: compact and delete", {"configs": {**TIERED, "cleanup.policy": "compact,delete"}}, 40, "compacted"),
     ("tiered: copy disabled with a different local retention",
      {"configs": {**TIERED, "remote.log.copy.disable": "true", "retention.ms": "60000", "local.retention.ms": "1000"}},
      40, "remote.log.copy.disable"),
@@ -128,13 +126,16 @@ def test_create_topics_accepts_the_boundaries_of_the_tiering_rules(wire: WireCli
         {**TIERED, "retention.bytes": "-1", "local.retention.bytes": "5000"},  # no total limit
         {**TIERED, "retention.ms": "-1", "local.retention.ms": "-1"},
         {**TIERED, "remote.log.copy.disable": "true", "retention.ms": "60000", "local.retention.ms": "60000"},
+        {**TIERED, "cleanup.policy": "compact"},  # KIP-1272: Strata tiers compacted topics (Kafka refuses them)
+        {**TIERED, "cleanup.policy": "compact,delete"},
     ]):
         assert _create(wire, f"ok-tiered-{i}", configs=configs) == (0, None), configs
 
 
 def test_the_admin_client_sees_invalid_config(tb: TieredBroker) -> None:
     admin = tb.admin()
-    futures = admin.create_topics([NewTopic("adm-compact", 1, 1, config={**TIERED, "cleanup.policy": "compact"}),
+    futures = admin.create_topics([NewTopic("adm-unlimited", 1, 1, config={**TIERED, "retention.ms": "60000",
+                                                                            "local.retention.ms": "-1"}),
                                    NewTopic("adm-local", 1, 1, config={**TIERED, "retention.bytes": "10",
                                                                        "local.retention.bytes": "20"})],
                                   operation_timeout=TIMEOUT_S)
@@ -164,8 +165,6 @@ def test_config_changes_that_break_the_tiering_rules_are_refused_and_change_noth
         ("local above the total", [("local.retention.bytes", SET, "200000")], "local.retention.bytes"),
         ("local time above the total", [("local.retention.ms", SET, "7200000")], "local.retention.ms"),
         ("unlimited local under a total", [("local.retention.ms", SET, "-1")], "local.retention.ms"),
-        ("compaction on a tiered topic", [("cleanup.policy", SET, "compact")], "compacted"),
-        ("compaction appended", [("cleanup.policy", APPEND, "compact")], "compacted"),
         ("tiering off, keeping remote data", [("remote.storage.enable", SET, "false")],
          "remote.log.delete.on.disable"),
         ("tiering off by deleting the override", [("remote.storage.enable", DELETE, None)],

@@ -292,7 +292,7 @@ def test_a_cleaning_may_stop_at_any_offset(tmp_path, history, caplog):
     topic, full, tps = history
     ends = [topic.end_offset(p) for p in range(PARTITIONS)]
     rng = random.Random(7)
-    for i in range(25):
+    for i in range(12):
         compacted = copy_of(topic)
         for p in range(PARTITIONS):
             # Two cleanings: an earlier one whose tombstones have expired since, then a recent one.

@@ -137,7 +137,7 @@ def _compact_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SegmentTable, "compact_min_dead", 1)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(operation, max_size=40), initialized=st.booleans())
 def test_matches_the_object_cache(ops: list[tuple[str, Any]], initialized: bool) -> None:
@@ -168,7 +168,7 @@ def _ids(cache: RemoteLogMetadataCache) -> list[RemoteLogSegmentId]:
         [i for e in epochs.values() for i in (*e.referenced, *e.unreferenced)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(operation, max_size=30))
 def test_object_snapshot_restore_matches(ops: list[tuple[str, Any]]) -> None:
     """snapshot()/restore() (the version-1 file's path) rebuild what the object cache rebuilds."""
@@ -455,5 +455,5 @@ class LeaderHistory(RuleBasedStateMachine):
                     self.reference.remote_log_segment_metadata(epoch, offset), (epoch, offset)
 
 
-LeaderHistory.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+LeaderHistory.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 test_leader_history = LeaderHistory.TestCase
