@@ -42,8 +42,10 @@ def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
 
 
 def _produce_batch(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> list[Any]:
-    """One batch (linger, one partition); the delivery reports in produce order."""
-    p = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 100, "acks": "all",
+    """One batch (one partition; the batch leaves when it holds every record, so a loaded machine's slow
+    produce loop cannot outlast a linger and split it); the delivery reports in produce order."""
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 10_000,
+                  "batch.num.messages": len(records), "acks": "all",
                   "enable.idempotence": False, "retries": 0, "compression.type": "lz4"})
     reports: list[Any] = [None] * len(records)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import TopicPartition as CkTopicPartition
@@ -21,6 +22,8 @@ from tests.tiered.harness import tiered_props as harness_tiered_props
 SEGMENT_BYTES = 64 * 1024
 LOCAL_RETENTION_BYTES = 2 * SEGMENT_BYTES
 RECORD_BYTES = 1000
+# NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+_LEADERSHIP_MOVING = frozenset({6, 5, 74, 75})
 
 
 def tiered_props(store: Path, *, metadata_rf: int = 2) -> dict[str, str]:
@@ -177,14 +180,23 @@ class TieredCluster(TieredBroker):
         self.cluster.wait_full_isr(topic)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-        """ListOffsets v9 to the partition's leader: ``(offset, leader_epoch)``."""
-        leader = self.cluster.brokers[self.leader(topic, partition)]
-        with WireClient(leader.bootstrap) as client:
-            resp = client.call(LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
-                {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
-                                                "timestamp": timestamp}]}])
-        p = resp.topics[0].partitions[0]
-        assert int(p.error_code) == 0, p
+        """ListOffsets v9 to the partition's leader: ``(offset, leader_epoch)``.
+
+        Like a client, it asks again when the broker it took for the leader answers that it no longer
+        (or not yet) leads: the metadata it read may lag a leadership move in flight."""
+        def ask() -> Any:
+            leader = self.cluster.brokers[self.leader(topic, partition)]
+            with WireClient(leader.bootstrap) as client:
+                resp = client.call(LIST_OFFSETS, 9, replica_id=-1, isolation_level=0, topics=[
+                    {"name": topic, "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                                    "timestamp": timestamp}]}])
+            p = resp.topics[0].partitions[0]
+            if int(p.error_code) in _LEADERSHIP_MOVING:
+                return None
+            assert int(p.error_code) == 0, p
+            return p
+
+        p = wait_until(f"ListOffsets({timestamp}) answered by the leader of {topic}-{partition}", ask)
         return p.offset, p.leader_epoch
 
     def reassign(self, topic: str, partition: int, replicas: list[int]) -> None:

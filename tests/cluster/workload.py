@@ -149,8 +149,15 @@ def check_exactly_once(producer: AckedProducer, bootstrap: str, reader: str = "c
         records = [r for r in got[p] if r[0] < ends[p]]
         offsets = [o for o, _ in records]
         assert offsets == sorted(set(offsets)), f"{reader}: partition {p} read out of order or twice"
-        assert dict(records) == acked, (
-            f"{reader}: partition {p}: {len(set(acked) - set(dict(records)))} acknowledged records missing or "
-            f"changed, {len(set(dict(records)) - set(acked))} unacknowledged ones below the last acknowledged")
+        if dict(records) != acked:
+            read = dict(records)
+            missing = sorted(o for o in acked if read.get(o) != acked[o])
+            extra = sorted(o for o in read if o not in acked)
+            where = {v: o for o, v in acked.items()}
+            raise AssertionError(
+                f"{reader}: partition {p}: {len(missing)} acknowledged records missing or changed "
+                f"{[(o, acked[o], read.get(o)) for o in missing[:10]]}, {len(extra)} unacknowledged ones below the "
+                f"last acknowledged {[(o, read[o], where.get(read[o])) for o in extra[:10]]} "
+                "(offset, value read, offset where that value was acknowledged)")
         checked += len(acked)
     return checked

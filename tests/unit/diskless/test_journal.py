@@ -110,6 +110,41 @@ def test_an_uncommitted_record_is_not_applied(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_an_answer_applied_by_a_concurrent_replay_still_in_its_thread_is_waited_for(tmp_path: Path) -> None:
+    """The replay loop's catch-up applies a command in the coordinator's thread (which moves the applied
+    offset there) and hands out the answers when it returns to the event loop. A command whose append
+    returns in between (a forwarded append answered late, as an observer's is) must wait for that hand-out,
+    not fail as "not applied" (seen once in the cluster suite)."""
+    import time as time_module
+
+    class RacingLog(ListLog):
+        journal: JournaledControlPlane
+
+        async def append(self, key: bytes, value: bytes) -> int:
+            offset = await super().append(key, value)
+            asyncio.get_running_loop().create_task(self.journal.catch_up())  # the replay loop
+            while self.journal.applied_offset < offset:  # the thread applied it; the outcome is not out yet
+                await asyncio.sleep(0.001)
+            return offset
+
+    async def scenario() -> None:
+        log = RacingLog()
+        journal = log.journal = JournaledControlPlane(log, str(tmp_path / "o.db"), lambda: NOW)
+        await journal.start()
+        apply_all = journal._apply_all
+
+        def slow_after_applying(records):  # type: ignore[no-untyped-def]
+            out = apply_all(records)
+            time_module.sleep(0.2)  # the thread is done applying; the loop has not seen its answers
+            return out
+        journal._apply_all = slow_after_applying  # type: ignore[method-assign]
+        await journal.execute("create_partitions", CREATE)
+        answers = await journal.execute("commit_file", wal(batch(0, 3)))
+        assert answers[0].assigned_base_offset == 0
+        await journal.close()
+    run(scenario())
+
+
 def test_a_refused_commit_is_answered_on_every_replica_alike_and_replay_moves_on(tmp_path: Path) -> None:
     async def scenario() -> None:
         log = ListLog()

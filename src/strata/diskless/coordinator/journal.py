@@ -151,7 +151,10 @@ class JournaledControlPlane:
         try:
             if offset > self._applied:  # (a remote append: this replica may have applied it meanwhile)
                 await self._log.wait_committed(offset, COMMIT_TIMEOUT_S)
-                await self.catch_up()
+            # Always through the apply lock: a catch-up in flight (the replay loop's) moves the applied offset
+            # in the coordinator's thread before it hands out the answers on this loop, so "applied" alone
+            # does not mean the answer is out yet.
+            await self.catch_up()
             if not fut.done():
                 if offset not in self._recent:  # the log moved under us (a truncation) or fell out of memory
                     raise CoordinatorUnavailableError(f"command at offset {offset} was not applied")
