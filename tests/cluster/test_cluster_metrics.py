@@ -6,12 +6,14 @@ import re
 import urllib.request
 from pathlib import Path
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from tests.broker.harness import BrokerProcess
 from tests.cluster.harness import Cluster, running_cluster, wait_until
 from tests.unit.test_metrics import samples
 
 RM = "kafka_server_ReplicaManager_"
+BTM = "kafka_server_BrokerTopicMetrics_"
 KC = "kafka_controller_KafkaController_"
 _METRICS_LINE = re.compile(r"metrics on http://([\d.]+):(\d+)/metrics")
 
@@ -50,6 +52,21 @@ def test_replica_manager_and_controller_metrics(zk_connect: str, tmp_path: Path)
             assert 'kafka_server_ReplicaFetcherManager_MaxLag{clientId="Replica"}' in got
             assert sum(1 for k in got if k.startswith("kafka_server_FetcherLagMetrics_ConsumerLag{")) == \
                 got[RM + "PartitionCount"] - got[RM + "LeaderCount"]  # one lag series per followed partition
+
+        # Kafka's replication byte meters: what the followers appended of "m" is what the leaders sent them,
+        # twice what producers appended (RF 3), and none of it counts as BytesOutPerSec (consumers' bytes)
+        out_before = total(cluster, BTM + "BytesOutPerSec_total")
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(300):
+            p.produce("m", value=b"%04d" % i * 100, partition=i % 3)
+        assert p.flush(30) == 0
+        produced = total(cluster, BTM + 'BytesInPerSec_total{topic="m"}')
+        assert produced >= 300 * 400
+        wait_until(lambda: total(cluster, BTM + 'ReplicationBytesInPerSec_total{topic="m"}') == 2 * produced, 20,
+                   "both followers' copies counted")
+        assert total(cluster, BTM + 'ReplicationBytesOutPerSec_total{topic="m"}') == 2 * produced
+        assert total(cluster, BTM + "ReplicationBytesInPerSec_total") >= 2 * produced  # the aggregate series
+        assert total(cluster, BTM + "BytesOutPerSec_total") == out_before
 
         # a broker dies: its replicas leave the ISRs, every partition is under-replicated on its leader
         victim = 3

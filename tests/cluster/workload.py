@@ -11,16 +11,34 @@ holds an acknowledged record: an idempotent producer's retries never duplicate).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 
+class _Kept(logging.Handler):
+    """The producer's last log lines (librdkafka's: an epoch bump, a sequence error), shown when a check fails."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: deque[str] = deque(maxlen=300)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.created:.3f} {record.levelname} {record.getMessage()}")
+
+
 class AckedProducer:
     def __init__(self, bootstrap: str, topic: str, *, rate_per_s: float = 500.0, **extra: Any) -> None:
         self.topic = topic
+        self.log = _Kept()
+        logger = logging.getLogger(f"acked-producer-{id(self)}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self.log)
         self.acked: dict[int, dict[int, bytes]] = {}
         self.errors: list[Any] = []
         self.fatal: list[Any] = []
@@ -29,7 +47,7 @@ class AckedProducer:
         self._rate = rate_per_s
         self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                                    "linger.ms": 5, "message.timeout.ms": 120_000, "retry.backoff.ms": 100,
-                                   "error_cb": self._on_error, **extra})
+                                   "error_cb": self._on_error, "debug": "eos", **extra}, logger=logger)
         self._thread = threading.Thread(target=self._run, name="acked-producer", daemon=True)
 
     def _on_error(self, err: Any) -> None:
@@ -158,6 +176,7 @@ def check_exactly_once(producer: AckedProducer, bootstrap: str, reader: str = "c
                 f"{reader}: partition {p}: {len(missing)} acknowledged records missing or changed "
                 f"{[(o, acked[o], read.get(o)) for o in missing[:10]]}, {len(extra)} unacknowledged ones below the "
                 f"last acknowledged {[(o, read[o], where.get(read[o])) for o in extra[:10]]} "
-                "(offset, value read, offset where that value was acknowledged)")
+                "(offset, value read, offset where that value was acknowledged); the producer's last log lines:\n"
+                + "\n".join(producer.log.lines))
         checked += len(acked)
     return checked

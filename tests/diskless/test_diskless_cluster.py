@@ -30,6 +30,7 @@ from strata.diskless.coordinator import SqliteControlPlane
 from strata.protocol.records import BatchBuilder
 
 FETCHER_BYTES = "kafka_server_FetcherStats_BytesPerSec_total"  # labelled per fetcher: summed over every series
+REPLICATION_BYTES_IN = "kafka_server_BrokerTopicMetrics_ReplicationBytesInPerSec_total"
 PAD = b"x" * 1000
 DATA_BYTES = 1500 * 1000
 
@@ -133,6 +134,12 @@ def replicated_bytes(cluster: Cluster) -> float:
     return sum(v for b in cluster.brokers.values() for k, v in scrape(b).items() if k.startswith(FETCHER_BYTES))
 
 
+def topic_replicated_bytes(cluster: Cluster, topic: str) -> float:
+    """Bytes of ``topic`` every broker's replica fetchers appended (``ReplicationBytesInPerSec``'s topic series)."""
+    return sum(v for b in cluster.brokers.values() for k, v in scrape(b).items()
+               if k.startswith(REPLICATION_BYTES_IN) and f'topic="{topic}"' in k)
+
+
 def _digest(path: Path) -> str:
     assert path.exists(), f"no coordinator state at {path}"
     state = SqliteControlPlane(str(path))
@@ -222,19 +229,18 @@ def test_a_replicated_classic_topic_switched_to_diskless(zk_connect: str, tmp_pa
             wait_until(f"sw-{partition} identical on every replica after the switch",
                        lambda partition=partition: len({_log_bytes(b.data_dir / "logs" / f"sw-{partition}")
                                                         for b in cluster.brokers.values()}) == 1, 30)
-        replicated_before = replicated_bytes(cluster)
+        # What the followers copy of "sw" itself (the broker-wide fetcher bytes also count __diskless_metadata's
+        # commands, which on a loaded machine came to more than this bound once): nothing once sealed
+        replicated_before = topic_replicated_bytes(cluster, "sw")
+        assert replicated_before >= 2 * 600 * len(PAD), ("the classic part was copied by both followers",
+                                                         replicated_before)
         for i in range(300):
             p.produce("sw", value=b"e%04d" % i + PAD, partition=i % 2)
         assert p.flush(60) == 0
         time.sleep(1)
-        if replicated_bytes(cluster) - replicated_before >= 0.1 * 300 * len(PAD):
-            # Seen once in a clean-clone run (cause not found yet): who still fetches what, for the next look.
-            for broker_id, b in cluster.brokers.items():
-                fetched = {k: v for k, v in scrape(b).items() if k.startswith(FETCHER_BYTES) or 'topic="sw"' in k}
-                print(f"broker {broker_id}: {fetched}")
-            print(cluster.metadata("sw"))
-        assert replicated_bytes(cluster) - replicated_before < 0.1 * 300 * len(PAD), \
-            "followers stopped copying from the leader once sealed"
+        replicated_after = topic_replicated_bytes(cluster, "sw")
+        assert replicated_after == replicated_before, ("followers stopped copying from the leader once sealed",
+                                                       replicated_before, replicated_after)
 
 
 def test_a_broker_without_a_coordinator_replica_serves_diskless_topics(zk_connect: str, tmp_path: Path,

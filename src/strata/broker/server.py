@@ -171,6 +171,7 @@ class Broker:
         self.cluster_metrics.register_replication_quotas(self.replication_quotas)
         if self.fetchers is not None:
             self.fetchers.registry = self.metrics  # FetcherStats of each replica fetcher
+            self.fetchers.replication_bytes_in = self.stats.topics.ReplicationBytesInPerSec
         self.dynamic_configs.on_apply.append(ReplicationConfig(self.replication_quotas, self.fetchers).apply)
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
         self.diskless_metrics = register_diskless_metrics(self.metrics, self)

@@ -348,6 +348,9 @@ TOPIC_METERS: dict[str, str] = {
     "BytesInPerSec": "Bytes appended by producers.",
     "BytesOutPerSec": "Bytes sent to fetchers.",
     "MessagesInPerSec": "Records appended by producers.",
+    "ReplicationBytesInPerSec": "Bytes this broker's replica fetchers appended from leaders (Kafka's aggregate; "
+                                "Strata labels each topic's share too).",
+    "ReplicationBytesOutPerSec": "Bytes sent to followers' fetches (not counted in BytesOutPerSec, as in Kafka).",
     "RemoteCopyBytesPerSec": "Bytes uploaded to remote storage.",
     "RemoteCopyRequestsPerSec": "Segment upload attempts.",
     "RemoteCopyErrorsPerSec": "Failed segment uploads.",
@@ -485,6 +488,8 @@ class BrokerTopicMetrics:
     BytesInPerSec: TopicMeter
     BytesOutPerSec: TopicMeter
     MessagesInPerSec: TopicMeter
+    ReplicationBytesInPerSec: TopicMeter
+    ReplicationBytesOutPerSec: TopicMeter
     RemoteCopyBytesPerSec: TopicMeter
     RemoteCopyRequestsPerSec: TopicMeter
     RemoteCopyErrorsPerSec: TopicMeter

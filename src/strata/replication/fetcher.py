@@ -45,7 +45,7 @@ from strata.client.async_wire import AsyncBrokerConnection
 from strata.client.security import ClientSecurity
 from strata.client.wire import WireError
 from strata.common import TopicPartition
-from strata.common.metrics import Meter, Registry, prometheus_name
+from strata.common.metrics import Meter, Registry, TopicMeter, prometheus_name
 from strata.config.cluster_config import ClusterConfig
 from strata.errors import ErrorCode, KafkaError
 from strata.log.partition_log import PartitionLog
@@ -103,10 +103,12 @@ def fetcher_name(fetcher: int, source_id: int) -> str:
 
 @dataclass(slots=True)
 class FetcherStats:
-    """Kafka's ``FetcherStats`` of one fetcher: fetch requests sent and record bytes appended."""
+    """Kafka's ``FetcherStats`` of one fetcher: fetch requests sent and record bytes appended; and the
+    broker's ``ReplicationBytesInPerSec``, which the appended bytes also count towards (per topic)."""
 
     requests: Meter
     bytes: Meter
+    replication_bytes_in: TopicMeter | None = None
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
@@ -412,6 +414,8 @@ class ReplicaFetcher:
                 self.fetched_bytes += appended
                 if self.stats is not None:
                     self.stats.bytes.mark(appended)
+                    if self.stats.replication_bytes_in is not None:
+                        self.stats.replication_bytes_in.mark(state.tp.topic, appended)
                 # Kafka's ReplicaFetcherThread: throttled partitions count against the quota, in sync or not
                 if self.quota is not None and self.quota.is_throttled(state.tp):
                     self.quota.record(appended)
@@ -566,6 +570,7 @@ class ReplicaFetcherManager:
         self.config = config
         self.quota = quota
         self.registry = registry
+        self.replication_bytes_in: TopicMeter | None = None  # the broker's, set beside ``registry``
         self.num_fetchers = config.num_replica_fetchers
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[TopicPartition, tuple[int, int]] = {}
@@ -611,7 +616,7 @@ class ReplicaFetcherManager:
         return FetcherStats(self.registry.meter(FETCHER_REQUESTS, "Fetch requests sent by the replica fetcher.",
                                                 labels),
                             self.registry.meter(FETCHER_BYTES, "Record bytes appended by the replica fetcher.",
-                                                labels))
+                                                labels), self.replication_bytes_in)
 
     def set_remote_aux_state(self, builder: RemoteAuxStateBuilder) -> None:
         """Tiering started: followers below their leader's local log start rebuild from remote storage."""

@@ -71,6 +71,7 @@ class _FetchState:
         self.remote: list[tuple[dict[str, Any], PartitionLog, asyncio.Future[RemoteFetchResult]]] = []
         self.remote_reserved = 0  # budget promised to remote reads still running
         self.throttled_bytes = 0  # records of leader-throttled partitions in a follower's answer (KIP-73)
+        self.replication_bytes: dict[str, int] = {}  # a follower's answer's bytes, by topic
         self.held_s: float | None = None  # a partition held back by the leader quota: seconds until it allows it
         self.diskless: list[tuple[dict[str, Any], FindBatchRequest]] = []  # read after the pass, all at once
         # diskless partitions served from this broker's consolidated replica: their watermarks are the
@@ -220,7 +221,10 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
             return out  # Kafka's shouldLeaderThrottle: no records, no error (it counts nothing towards min_bytes)
         if data.records is not None:
             state.throttled_bytes += data.records.size
+    before = state.bytes
     _attach(out, data.records, state)
+    if state.bytes > before:
+        state.replication_bytes[tp.topic] = state.replication_bytes.get(tp.topic, 0) + state.bytes - before
     return out
 
 
@@ -458,8 +462,11 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         # DelayedFetch waits for max_wait, which makes a throttled copy run below its rate)
         wait = remaining if state.held_s is None else min(remaining, max(state.held_s, _MIN_WAIT_S))
         await _wait_for_data(ctx, tps, bool(state.diskless), wait)
-    if state.bytes:
-        ctx.broker.stats.topics.BytesOutPerSec.mark(None, state.bytes)
+    replicated = sum(state.replication_bytes.values())
+    if state.bytes > replicated:  # Kafka counts followers' bytes in ReplicationBytesOutPerSec only
+        ctx.broker.stats.topics.BytesOutPerSec.mark(None, state.bytes - replicated)
+    for topic, n in state.replication_bytes.items():
+        ctx.broker.stats.topics.ReplicationBytesOutPerSec.mark(topic, n)
     if state.throttled_bytes:  # KafkaApis: the answer's throttled partitions count against the leader quota
         ctx.broker.replication_quotas.leader.record(state.throttled_bytes)
     body = ctx.respond(throttle_time=0, error_code=0, session_id=0, responses=responses)
