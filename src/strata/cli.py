@@ -1,5 +1,5 @@
-"""The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``transactions``, ``version``, and Kafka's
-tools.
+"""The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``bucket``, ``transactions``, ``version``,
+and Kafka's tools.
 
 ``topics``, ``configs``, ``consumer-groups`` and ``remote-log-metadata-migration`` take the flags of
 ``kafka-topics.sh``, ``kafka-configs.sh``, ``kafka-consumer-groups.sh`` and
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from strata import __version__
+from strata.tools.bucket import add_bucket_parser
 from strata.tools.tiers import add_tiers_parser
 from strata.tools.transactions import add_transactions_parser
 
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve, command_parser=serve)
 
     add_tiers_parser(commands, parents=[verbose])
+    add_bucket_parser(commands, parents=[verbose])
     add_transactions_parser(commands, parents=[verbose])
     _add_topics_parser(commands)
     _add_configs_parser(commands)

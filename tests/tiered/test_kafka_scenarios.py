@@ -1,15 +1,30 @@
 """Kafka's single-broker tiered-storage integration scenarios (``storage/src/test/java/org/apache/
 kafka/tiered/storage/integration``), with their offload counts, earliest local offsets, remote
-fetch counts and ListOffsets answers, against a real broker process and real clients.
+fetch counts and ListOffsets answers, against a real broker process and real clients; each on Kafka's
+plain objects (format v1) and on Strata's compressed and encrypted ones (format v2, issue 29).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
+from tests.support.keys import v2_broker_props
 from tests.tiered.harness import TieredBroker, wait_until
 
 DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture(params=["v1", "v2"])
+def tiered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TieredBroker]:
+    props = v2_broker_props(tmp_path / "keys") if request.param == "v2" else {}
+    b = TieredBroker(tmp_path, **props).start()
+    try:
+        yield b
+    finally:
+        b.stop()
 
 
 def kv(start: int, end: int) -> list[tuple[str, str]]:

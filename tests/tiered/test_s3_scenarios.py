@@ -8,19 +8,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.keys import v2_broker_props
 from tests.support.seaweedfs import SeaweedFS
 from tests.tiered.harness import S3TieredBroker, wait_until
 from tests.tiered.test_kafka_scenarios import consume_and_check, kv
 
 
-@pytest.fixture
-def s3_tiered(tmp_path: Path, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:
+@pytest.fixture(params=["v1", "v2"])
+def s3_tiered(request: pytest.FixtureRequest, tmp_path: Path, seaweedfs: SeaweedFS) -> Iterator[S3TieredBroker]:
     # the S3 client's retries against a dead endpoint take ~0.5 s: wait longer than that for remote reads,
     # so a read during the outage answers its error instead of expiring empty; and the first read after a
     # restart (a cold S3 client) on a loaded machine took over 3 s once: that fetch expired and the consumer's
     # retry read the segment again, one FETCH more than Kafka's scenario counts
     b = S3TieredBroker(tmp_path, seaweedfs, key_prefix=f"test-{uuid.uuid4().hex[:8]}/",
-                       **{"remote.fetch.max.wait.ms": "10000"}).start()
+                       **{"remote.fetch.max.wait.ms": "10000"},
+                       **(v2_broker_props(tmp_path / "keys") if request.param == "v2" else {})).start()
     try:
         yield b
     finally:

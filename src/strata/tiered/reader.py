@@ -116,6 +116,7 @@ from strata.tiered.api import (
     uuid_to_str,
 )
 from strata.tiered.index_cache import OffsetEntryLookup, RemoteIndexCache
+from strata.tiered.storage.object_format import CorruptObjectError
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,9 @@ may be evicted to make room. Windows of consumers still reading are never evicte
 would thrash: windows dropped before use, each read twice); a window that does not fit is skipped."""
 
 
-INVALID_DATA = (CorruptRecordError, UnsupportedForMessageFormatError)
-"""What bytes that are not a valid batch raise (a magic of 0 or 1 in a remote segment is corruption)."""
+INVALID_DATA = (CorruptRecordError, UnsupportedForMessageFormatError, CorruptObjectError)
+"""What bytes that are not a valid batch raise (a magic of 0 or 1 in a remote segment is corruption), and a
+format v2 object that fails its authentication tag or does not decode (tampered with in the bucket)."""
 CORRUPT_SEGMENT_ACTIONS = ("fail", "skip")
 """``remote.log.reader.corrupt.segment.action``: answer CORRUPT_MESSAGE, or skip to the next segment."""
 

@@ -7,26 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.keys import write_key_pair
 
 from strata.tiered.storage.envelope import ChunkIndex, DecryptionError, KeyRing, SegmentCodec
-
-
-def write_key_pair(directory: Path, key_id: str, private: bool = True) -> dict[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    public = directory / f"{key_id}.pub.pem"
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    props = {f"encryption.key.pairs.{key_id}.public.key.file": str(public)}
-    if private:
-        secret = directory / f"{key_id}.pem"
-        secret.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                             serialization.NoEncryption()))
-        props[f"encryption.key.pairs.{key_id}.private.key.file"] = str(secret)
-    return props
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The RemoteStorageManager contract (Kafka's RemoteStorageManager javadoc), run against every backend:
-a directory (LocalTieredStorage) and S3 (S3RemoteStorageManager on a real SeaweedFS server).
+a directory (LocalTieredStorage) and S3 (S3RemoteStorageManager on a real SeaweedFS server), each storing
+Kafka's plain objects (format v1) and Strata's chunked, compressed and encrypted ones (format v2, issue 29).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.support.keys import v2_configs
 from tests.support.seaweedfs import SeaweedFS
 from tests.support.segments import MakeSegment, Segment
 
@@ -24,6 +26,7 @@ from strata.tiered.api import (
     uuid_to_str,
 )
 from strata.tiered.storage.local import EVENTS_FILE
+from strata.tiered.storage.object_format import V2_MARKER
 
 MiB = 1024 * 1024
 
@@ -36,39 +39,41 @@ class Backend:
     reconfigure: Callable[..., RemoteStorageManager]  # a new instance on the same store, with extra configs
     seaweedfs: SeaweedFS | None = None
     prefix: str = ""
+    v2: bool = False
 
 
-def _local(tmp_path: Path) -> Backend:
+def _local(tmp_path: Path, v2: dict[str, str] | None = None) -> Backend:
     root = tmp_path / "remote"
 
     def new(**extra: object) -> RemoteStorageManager:
         rsm = load_class("local", RSM_ALIASES, RemoteStorageManager)()
-        rsm.configure({"dir": str(root), "broker.id": 0, **extra})
+        rsm.configure({"dir": str(root), "broker.id": 0, **(v2 or {}), **extra})
         return rsm
 
     def keys() -> list[str]:
         return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != EVENTS_FILE)
 
-    return Backend("local", new(), keys, new)
+    return Backend("local", new(), keys, new, v2=v2 is not None)
 
 
-def _s3(server: SeaweedFS) -> Backend:
+def _s3(server: SeaweedFS, v2: dict[str, str] | None = None) -> Backend:
     prefix = f"contract-{uuid.uuid4().hex[:8]}/"
 
     def new(**extra: object) -> RemoteStorageManager:
         rsm = load_class("s3", RSM_ALIASES, RemoteStorageManager)()
-        rsm.configure(server.rsm_config(**{"key.prefix": prefix, **extra}))
+        rsm.configure(server.rsm_config(**{"key.prefix": prefix, **(v2 or {}), **extra}))
         return rsm
 
     def keys() -> list[str]:
         return [k[len(prefix):] for k in server.list_keys(prefix)]
 
-    return Backend("s3", new(), keys, new, server, prefix)
+    return Backend("s3", new(), keys, new, server, prefix, v2=v2 is not None)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "local-v2", "s3-v2"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    b = _local(tmp_path) if request.param == "local" else _s3(request.getfixturevalue("seaweedfs"))
+    v2 = v2_configs(tmp_path / "keys") if request.param.endswith("-v2") else None
+    b = _local(tmp_path, v2) if request.param.startswith("local") else _s3(request.getfixturevalue("seaweedfs"), v2)
     try:
         yield b
     finally:
@@ -88,12 +93,13 @@ def read_in_pieces(stream, size: int) -> bytes:
     return b"".join(parts)
 
 
-def expected_keys(seg: Segment, txn: bool = False) -> set[str]:
+def expected_keys(seg: Segment, txn: bool = False, v2: bool = False) -> set[str]:
     md = seg.metadata
     tp = md.topic_id_partition
     stem = f"{tp.topic}-{uuid_to_str(tp.topic_id)}/{tp.partition}/{md.start_offset:020d}-" \
            f"{uuid_to_str(md.remote_log_segment_id.id)}"
-    suffixes = ["log", "index", "timeindex", "snapshot", "leader_epoch_checkpoint"] + (["txnindex"] if txn else [])
+    suffixes = ["log", "index", "timeindex", "snapshot", "leader_epoch_checkpoint"] + (["txnindex"] if txn else []) \
+        + (["manifest"] if v2 else [])
     return {f"{stem}.{s}" for s in suffixes}
 
 
@@ -102,7 +108,7 @@ def expected_keys(seg: Segment, txn: bool = False) -> set[str]:
 
 def test_copy_then_fetch_whole_segment(backend: Backend, make_segment: MakeSegment) -> None:
     seg = make_segment()
-    assert backend.rsm.copy_log_segment_data(seg.metadata, seg.data) is None
+    assert backend.rsm.copy_log_segment_data(seg.metadata, seg.data) == (V2_MARKER if backend.v2 else None)
     data = seg.log_bytes()
     assert len(data) == seg.metadata.segment_size_in_bytes > 100_000
     assert read_all(backend.rsm.fetch_log_segment(seg.metadata, 0)) == data
@@ -195,7 +201,7 @@ def test_copy_twice_overwrites(backend: Backend, make_segment: MakeSegment) -> N
     backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
     backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
     assert read_all(backend.rsm.fetch_log_segment(seg.metadata, 0)) == seg.log_bytes()
-    assert set(backend.list_keys()) == expected_keys(seg, txn=True)
+    assert set(backend.list_keys()) == expected_keys(seg, txn=True, v2=backend.v2)
     # a third copy with different files under the same id replaces every object it writes
     other = make_segment(batches=3, txn=False)
     backend.rsm.copy_log_segment_data(seg.metadata, other.data)
@@ -204,9 +210,9 @@ def test_copy_twice_overwrites(backend: Backend, make_segment: MakeSegment) -> N
     if backend.name == "local":  # an unlink costs nothing: the directory store drops the older txn index too
         with pytest.raises(RemoteResourceNotFoundError):
             backend.rsm.fetch_index(seg.metadata, IndexType.TRANSACTION)
-        assert set(backend.list_keys()) == expected_keys(seg, txn=False)
+        assert set(backend.list_keys()) == expected_keys(seg, txn=False, v2=backend.v2)
     else:  # S3 spares every copy that DELETE: the RemoteLogManager never reuses a segment id across attempts
-        assert set(backend.list_keys()) == expected_keys(seg, txn=True)
+        assert set(backend.list_keys()) == expected_keys(seg, txn=True, v2=backend.v2)
 
 
 def test_delete_is_idempotent_and_complete(backend: Backend, make_segment: MakeSegment) -> None:
@@ -220,7 +226,7 @@ def test_delete_is_idempotent_and_complete(backend: Backend, make_segment: MakeS
     for index_type in IndexType:
         with pytest.raises(RemoteResourceNotFoundError):
             backend.rsm.fetch_index(seg.metadata, index_type)
-    assert set(backend.list_keys()) == expected_keys(keep)  # only the other segment's objects remain
+    assert set(backend.list_keys()) == expected_keys(keep, v2=backend.v2)  # only the other segment's objects
     assert read_all(backend.rsm.fetch_log_segment(keep.metadata, 0)) == keep.log_bytes()
 
 
@@ -235,7 +241,7 @@ def test_retried_copy_gets_its_own_objects(backend: Backend, make_segment: MakeS
     backend.rsm.copy_log_segment_data(retry.metadata, retry.data)
     backend.rsm.delete_log_segment_data(first.metadata)
     assert read_all(backend.rsm.fetch_log_segment(retry.metadata, 0)) == first.log_bytes()
-    assert set(backend.list_keys()) == expected_keys(retry)
+    assert set(backend.list_keys()) == expected_keys(retry, v2=backend.v2)
 
 
 # -- layout --------------------------------------------------------------------------------------------
@@ -246,7 +252,7 @@ def test_object_key_layout(backend: Backend, make_segment: MakeSegment) -> None:
     seg = make_segment(topic="orders.v1", partition=7, topic_id=topic_id, txn=True)
     backend.rsm.copy_log_segment_data(seg.metadata, seg.data)
     keys = backend.list_keys()
-    assert set(keys) == expected_keys(seg, txn=True)
+    assert set(keys) == expected_keys(seg, txn=True, v2=backend.v2)
     segment_b64 = uuid_to_str(seg.metadata.remote_log_segment_id.id)
     assert f"orders.v1-MWLaFk8mTy6OsL2aPo0Uxg/7/00000000000000000000-{segment_b64}.log" in keys
     if backend.seaweedfs is not None:  # the prefix sits in front of the whole key, nothing else
@@ -267,8 +273,8 @@ def test_segment_larger_than_the_part_size(backend: Backend, make_segment: MakeS
     assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
     middle = 5 * MiB - 100  # a range across the first part boundary
     assert read_all(rsm.fetch_log_segment(seg.metadata, middle, middle + 199)) == data[middle:middle + 200]
-    if backend.seaweedfs is not None:
-        key = f"{backend.prefix}{next(k for k in expected_keys(seg) if k.endswith('.log'))}"
+    if backend.seaweedfs is not None and not backend.v2:  # (a v2 object is stored compressed and encrypted)
+        key = f"{backend.prefix}{next(k for k in expected_keys(seg, v2=backend.v2) if k.endswith('.log'))}"
         head = backend.seaweedfs.boto3_client().head_object(Bucket=backend.seaweedfs.bucket, Key=key)
         assert head["ContentLength"] == len(data)
         assert head["ETag"].strip('"').endswith("-3"), head["ETag"]  # a multipart upload of 3 parts
@@ -287,7 +293,8 @@ def test_concurrent_copies_fetches_and_deletes(backend: Backend, make_segment: M
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(roundtrip, segments))
     assert results == [s.log_bytes() for s in segments]
-    assert set(backend.list_keys()) == set().union(*(expected_keys(s, txn=s.tp.partition % 2 == 0) for s in segments))
+    assert set(backend.list_keys()) == set().union(*(expected_keys(s, txn=s.tp.partition % 2 == 0, v2=backend.v2)
+                                                     for s in segments))
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(backend.rsm.delete_log_segment_data, [s.metadata for s in segments]))
     assert backend.list_keys() == []

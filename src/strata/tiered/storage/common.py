@@ -25,7 +25,8 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.TRANSACTION: "txnindex",
     IndexType.LEADER_EPOCH: "leader_epoch_checkpoint",
 }
-ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+MANIFEST_SUFFIX = "manifest"  # object format v2's per-segment manifest (strata.tiered.storage.object_format)
+ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values(), MANIFEST_SUFFIX)
 
 
 def partition_path(tp: TopicIdPartition) -> str:

@@ -177,13 +177,15 @@ class SegmentCodec:
         self.keyring = keyring
 
     def encode(self, chunks: Iterable[bytes], original_size: int, write: Callable[[bytes], object], *,
-               compress: bool | None = None) -> EncodedSegment:
+               compress: bool | None = None, data_key: bytes | None = None) -> EncodedSegment:
         """``chunks``: the segment's bytes in pieces of exactly ``chunk_size`` (the last may be shorter);
         ``write``: appends to the stored object. ``compress=False`` skips compression (batches compressed by
-        the producer already)."""
+        the producer already). ``data_key``: encrypt under this key (the caller wraps it once for several
+        objects of a segment; the answer's ``wrapped_key`` is then None) instead of a fresh one of the ring."""
         compressed = self.compression if compress is None else (compress and self.compression)
-        data_key = os.urandom(DATA_KEY_BYTES) if self.keyring is not None else None
-        aad = os.urandom(AAD_BYTES) if self.keyring is not None else None
+        if data_key is None and self.keyring is not None:
+            data_key = os.urandom(DATA_KEY_BYTES)
+        aad = os.urandom(AAD_BYTES) if data_key is not None else None
         aes = AESGCM(data_key) if data_key is not None else None
         sizes: list[int] = []
         total = 0
@@ -198,6 +200,8 @@ class SegmentCodec:
         if total != original_size:
             raise ValueError(f"encoded {total} bytes, the segment has {original_size}")
         wrapped = self.keyring.wrap(data_key) if self.keyring is not None and data_key is not None else None
+        if wrapped is None and data_key is not None:
+            return EncodedSegment(ChunkIndex(self.chunk_size, original_size, tuple(sizes)), compressed, None, aad)
         return EncodedSegment(ChunkIndex(self.chunk_size, original_size, tuple(sizes)), compressed, wrapped, aad)
 
     def decode(self, encoded: EncodedSegment, read_stored: Callable[[int, int], bytes], start: int = 0,

@@ -95,6 +95,7 @@ from strata.tiered.storage.common import (
     partition_path,
     segment_stem,
 )
+from strata.tiered.storage.object_format import ObjectFormat
 
 EVENTS_FILE = ".events.jsonl"
 _TMP_MARK = ".tmp-"
@@ -267,6 +268,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self._fault_file: Path | None = None
         self._delete_enabled = True
         self._fetch_delay_s = 0.0
+        self.object_format = ObjectFormat()
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -278,6 +280,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self._fault_file = Path(fault) if fault else None
         self._delete_enabled = config_bool(configs, "delete.enable", True)
         self._fetch_delay_s = config_int(configs, "fetch.delay.ms", 0, minimum=0) / 1000
+        self.object_format = ObjectFormat.from_config(configs)
         if config_bool(configs, "events.log.enable", True):
             self._events_fd = os.open(self._dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -355,7 +358,9 @@ class LocalTieredStorage(RemoteStorageManager):
     # -- RemoteStorageManager --------------------------------------------------------------------
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
-        def copy() -> None:
+        self.object_format.forget(metadata)  # (Kafka never reuses a segment id; a test of the contract does)
+
+        def copy() -> bytes | None:
             sources: dict[str, Path | bytes] = {
                 LOG_SUFFIX: data.log_segment,
                 INDEX_SUFFIXES[IndexType.OFFSET]: data.offset_index,
@@ -369,7 +374,14 @@ class LocalTieredStorage(RemoteStorageManager):
             _make_dirs(target_dir)
             try:
                 try:
-                    _atomic_copy_all({self._path(metadata, suffix): source for suffix, source in sources.items()})
+                    if self.object_format.writes_v2:
+                        with self.object_format.encode(metadata, sources) as encoded:
+                            _atomic_copy_all({self._path(metadata, suffix): source
+                                              for suffix, source in encoded.objects.items()})
+                            custom: bytes | None = encoded.custom_metadata
+                    else:
+                        _atomic_copy_all({self._path(metadata, suffix): source for suffix, source in sources.items()})
+                        custom = None
                 except FileNotFoundError as e:  # a local input vanished: not a missing remote object
                     raise RemoteStorageError(f"cannot copy {e.filename}: {e.strerror}") from e
                 if data.transaction_index is None:  # an overwrite must not keep an older copy's index
@@ -378,9 +390,9 @@ class LocalTieredStorage(RemoteStorageManager):
             except BaseException:
                 self._delete_files(metadata)  # Kafka: a failed copy leaves no partial fileset behind
                 raise
+            return custom
 
-        self._operation(EventType.COPY_SEGMENT, metadata, copy)
-        return None
+        return self._operation(EventType.COPY_SEGMENT, metadata, copy)
 
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None) -> BinaryIO:
@@ -389,6 +401,10 @@ class LocalTieredStorage(RemoteStorageManager):
         def fetch() -> BinaryIO:
             if self._fetch_delay_s:
                 time.sleep(self._fetch_delay_s)
+            manifest = self.object_format.manifest_of(metadata, self._read_whole(metadata))
+            if manifest is not None:
+                return self.object_format.fetch(manifest, LOG_SUFFIX, self._read_range(metadata), start_position,
+                                                None if end_position is None else end_position + 1)
             # unbuffered: readinto goes straight into the caller's buffer
             file = open(self._path(metadata, LOG_SUFFIX), "rb", buffering=0)  # noqa: SIM115 - owned by the reader
             file.seek(start_position)
@@ -400,12 +416,28 @@ class LocalTieredStorage(RemoteStorageManager):
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         path = self._path(metadata, INDEX_SUFFIXES[index_type])
-        return self._operation(_INDEX_EVENTS[index_type], metadata, lambda: io.BytesIO(path.read_bytes()))
+
+        def fetch() -> BinaryIO:
+            manifest = self.object_format.manifest_of(metadata, self._read_whole(metadata))
+            if manifest is not None:
+                return self.object_format.fetch(manifest, INDEX_SUFFIXES[index_type], self._read_range(metadata))
+            return io.BytesIO(path.read_bytes())
+        return self._operation(_INDEX_EVENTS[index_type], metadata, fetch)
+
+    def _read_whole(self, metadata: RemoteLogSegmentMetadata) -> Callable[[str], bytes]:
+        return lambda suffix: self._path(metadata, suffix).read_bytes()
+
+    def _read_range(self, metadata: RemoteLogSegmentMetadata) -> Callable[[str, int, int], bytes]:
+        def read(suffix: str, start: int, end: int) -> bytes:
+            with open(self._path(metadata, suffix), "rb", buffering=0) as f:
+                return os.pread(f.fileno(), end - start, start) if end > start else b""
+        return read
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         def delete() -> None:
             if self._delete_enabled:
                 self._delete_files(metadata)
+            self.object_format.forget(metadata)
 
         self._operation(EventType.DELETE_SEGMENT, metadata, delete)
 

@@ -77,6 +77,7 @@ from strata.tiered.storage.common import (
     object_key,
 )
 from strata.tiered.storage.local import check_object_key, check_object_prefix, check_object_range
+from strata.tiered.storage.object_format import ObjectFormat
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._pool: ThreadPoolExecutor | None = None  # created on the first copy
         self._pool_lock = threading.Lock()
         self._secrets: tuple[str, ...] = ()  # configured secret values, scrubbed from every message
+        self.object_format = ObjectFormat()
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -125,6 +127,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if self.part_size > MAX_PART_SIZE:
             raise ValueError(f"config 's3.multipart.upload.part.size' must be <= {MAX_PART_SIZE}, got {self.part_size}")
         self.concurrency = config_int(configs, "s3.multipart.upload.concurrency", 4, minimum=1)
+        self.object_format = ObjectFormat.from_config(configs)
         endpoint = config_str(configs, "s3.endpoint.url") or None
         region = config_str(configs, "s3.region") or None
         path_style = config_bool(configs, "s3.path.style.access.enabled", False)
@@ -174,6 +177,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         segment id (Kafka's contract), so there is never an older object under that key to remove.
         """
         _ = self.store  # fail with "not configured" before anything is submitted
+        self.object_format.forget(metadata)  # (Kafka never reuses a segment id; a test of the contract does)
         small: list[tuple[str, Path | bytes]] = [
             (INDEX_SUFFIXES[IndexType.OFFSET], data.offset_index),
             (INDEX_SUFFIXES[IndexType.TIMESTAMP], data.time_index),
@@ -182,11 +186,25 @@ class S3RemoteStorageManager(RemoteStorageManager):
         ]
         if data.transaction_index is not None:
             small.append((INDEX_SUFFIXES[IndexType.TRANSACTION], data.transaction_index))
+        if self.object_format.writes_v2:
+            try:
+                with self.object_format.encode(metadata, dict([(LOG_SUFFIX, data.log_segment), *small])) as encoded:
+                    objects = dict(encoded.objects)
+                    log_object = objects.pop(LOG_SUFFIX)
+                    self._upload(metadata, log_object, list(objects.items()))
+                    return encoded.custom_metadata
+            except FileNotFoundError as e:  # a local input vanished: not a missing remote object
+                raise RemoteStorageError(f"cannot copy {e.filename}: {e.strerror}") from e
+        self._upload(metadata, data.log_segment, small)
+        return None
+
+    def _upload(self, metadata: RemoteLogSegmentMetadata, log_object: Path | bytes,
+                small: list[tuple[str, Path | bytes]]) -> None:
         pool = self._upload_pool()
         futures: list[Future[None]] = [pool.submit(self._put, self.key(metadata, suffix), source)
                                        for suffix, source in small]
         try:
-            self._put(self.key(metadata, LOG_SUFFIX), data.log_segment)
+            self._put(self.key(metadata, LOG_SUFFIX), log_object)
             crash_point("rsm.copy.mid")  # the .log object is stored, index objects may still be on their way
             for future in futures:
                 future.result()
@@ -201,7 +219,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
             # a 404 here is a missing bucket (or a vanished local file), not a missing segment
             raise _translate(e, f"copy of {metadata.remote_log_segment_id}", missing_is_not_found=False,
                              secrets=self._secrets) from e
-        return None
 
     def _upload_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -226,6 +243,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         check_positions(start_position, end_position)
         what = f"fetch of {metadata.remote_log_segment_id} [{start_position}, {end_position}]"
         key = self.key(metadata, LOG_SUFFIX)
+        v2 = self._fetch_v2(metadata, LOG_SUFFIX, what, start_position,
+                            None if end_position is None else end_position + 1)
+        if v2 is not None:
+            return v2
         try:
             if end_position is not None:
                 # a range past the object's end returns what there is (fewer bytes), as a GET does
@@ -237,8 +258,31 @@ class S3RemoteStorageManager(RemoteStorageManager):
         return cast(BinaryIO, _ChunkStreamReader(iter(result.stream(min_chunk_size=STREAM_CHUNK)), what,
                                                  self._secrets))
 
+    def _fetch_v2(self, metadata: RemoteLogSegmentMetadata, suffix: str, what: str, start: int = 0,
+                  end: int | None = None) -> BinaryIO | None:
+        """A v2 segment's object (original bytes ``[start, end)``); None for a v1 segment."""
+        def get(s: str) -> bytes:
+            try:
+                return bytes(obstore.get(self.store, self.key(metadata, s)).bytes())
+            except (BaseError, OSError) as e:
+                raise _translate(e, what, secrets=self._secrets) from e
+
+        def get_range(s: str, a: int, b: int) -> bytes | memoryview:
+            return obstore.get_range(self.store, self.key(metadata, s), start=a, end=b) if b > a else b""
+        manifest = self.object_format.manifest_of(metadata, get)
+        if manifest is None:
+            return None
+        try:
+            return self.object_format.fetch(manifest, suffix, get_range, start, end)
+        except (BaseError, OSError) as e:
+            raise _translate(e, what, secrets=self._secrets) from e
+
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         key = self.key(metadata, INDEX_SUFFIXES[index_type])
+        v2 = self._fetch_v2(metadata, INDEX_SUFFIXES[index_type],
+                            f"fetch of {index_type.name} index of {metadata.remote_log_segment_id}")
+        if v2 is not None:
+            return v2
         try:
             return io.BytesIO(bytes(obstore.get(self.store, key).bytes()))
         except (BaseError, OSError) as e:
@@ -247,6 +291,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """One DeleteObjects request for every key the segment may have; missing keys are fine."""
+        self.object_format.forget(metadata)
         try:
             obstore.delete(self.store, [self.key(metadata, s) for s in ALL_SUFFIXES])
         except (NotFoundError, FileNotFoundError):
