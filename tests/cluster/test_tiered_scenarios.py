@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka.admin import NewPartitions
 from tests.broker.kafka_wire import WireClient
 from tests.cluster.tiered_harness import TieredCluster
+from tests.support.keys import v2_broker_props
 from tests.tiered.harness import wait_until
 from tests.tiered.test_kafka_scenarios import consume_and_check, kv
 
@@ -38,9 +39,11 @@ def _running(c: TieredCluster) -> Iterator[TieredCluster]:
         c.stop()
 
 
-@pytest.fixture
-def tc(zk_connect: str, tmp_path: Path) -> Iterator[TieredCluster]:
-    with _running(TieredCluster(zk_connect, tmp_path, 2)) as c:
+@pytest.fixture(params=["v1", "v2"])
+def tc(request: pytest.FixtureRequest, zk_connect: str, tmp_path: Path) -> Iterator[TieredCluster]:
+    """Each scenario on Kafka's plain objects and on format v2's compressed and encrypted ones (issue 29)."""
+    props = v2_broker_props(tmp_path / "keys") if request.param == "v2" else {}
+    with _running(TieredCluster(zk_connect, tmp_path, 2, **props)) as c:
         yield c
 
 

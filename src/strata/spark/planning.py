@@ -301,6 +301,9 @@ def rsm_settings(cluster: KafkaCluster, opts: SourceOptions) -> tuple[str | None
         return None, {}
     prefix = configs.get("remote.log.storage.manager.impl.prefix") or RSM_PREFIX
     props = {k[len(prefix):]: v for k, v in configs.items() if k.startswith(prefix) and v is not None}
+    for key in opts.rsm_props:  # a key the job passes as PEM text replaces the broker's key file (not on executors)
+        if key.startswith("encryption.key.pairs.") and key.endswith(".private.key"):
+            props.pop(key[: -len("private.key")] + "public.key.file", None)
     props.update(opts.rsm_props)
     return configs.get(RSM_CLASS_KEY), props
 

@@ -98,7 +98,9 @@ class ChunkIndex:
 class KeyRing:
     """Key-encryption keys by id (RSA key pairs from PEM files), Aiven's configuration under ``rsm.config.``:
     ``encryption.key.pair.id`` (the active one, which wraps new data keys), ``encryption.key.pairs`` (every id
-    still needed to read old data), ``encryption.key.pairs.<id>.public.key.file`` / ``.private.key.file``."""
+    still needed to read old data), ``encryption.key.pairs.<id>.public.key.file`` / ``.private.key.file``; or
+    the PEM text itself as ``.public.key`` / ``.private.key`` (a Spark job passes its key as an option: the
+    executors need no file)."""
 
     def __init__(self, active: str, keys: Mapping[str, tuple[rsa.RSAPublicKey, rsa.RSAPrivateKey | None]]) -> None:
         if active not in keys:
@@ -116,12 +118,12 @@ class KeyRing:
         keys: dict[str, tuple[rsa.RSAPublicKey, rsa.RSAPrivateKey | None]] = {}
         for key_id in ids:
             prefix = f"encryption.key.pairs.{key_id}"
-            public_file = props.get(f"{prefix}.public.key.file")
-            if not public_file:
+            public = _pem(props, f"{prefix}.public.key", private=False)
+            private = _pem(props, f"{prefix}.private.key", private=True)
+            if public is None and isinstance(private, rsa.RSAPrivateKey):
+                public = private.public_key()  # a reader given only its private key (a Spark executor)
+            if public is None:
                 raise ValueError(f"{prefix}.public.key.file is not set")
-            public = _load(public_file, f"{prefix}.public.key.file", private=False)
-            private_file = props.get(f"{prefix}.private.key.file")
-            private = _load(private_file, f"{prefix}.private.key.file", private=True) if private_file else None
             assert isinstance(public, rsa.RSAPublicKey)
             keys[key_id] = (public, private if isinstance(private, rsa.RSAPrivateKey) else None)
         return cls(active, keys)
@@ -148,12 +150,27 @@ class KeyRing:
         return self.wrap(self.unwrap(wrapped))
 
 
-def _load(path: str, key: str, *, private: bool) -> object:
+def _pem(props: Mapping[str, str], key: str, *, private: bool) -> object | None:
+    """The key of ``<key>`` (PEM text) or ``<key>.file`` (a PEM file); None when neither is set. Errors name the
+    setting, never the key material."""
+    text, path = props.get(key), props.get(f"{key}.file")
+    if text:
+        return _parse(text.replace("\\n", "\n").encode(), key, None, private=private)
+    if path:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise ValueError(f"{key}.file={path}: {e}") from e
+        return _parse(data, f"{key}.file", path, private=private)
+    return None
+
+
+def _parse(data: bytes, key: str, path: str | None, *, private: bool) -> object:
     try:
-        data = Path(path).read_bytes()
         return serialization.load_pem_private_key(data, None) if private else serialization.load_pem_public_key(data)
-    except (OSError, ValueError, TypeError) as e:
-        raise ValueError(f"{key}={path}: {e}") from e
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{key}{'=' + path if path else ''}: not a PEM {'private' if private else 'public'} "
+                         f"key ({e})") from e
 
 
 @dataclass(frozen=True, slots=True)
