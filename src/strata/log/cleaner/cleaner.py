@@ -357,6 +357,12 @@ class Cleaner:
                     cleaned.txn_index.append(txn)
                 cleaned.on_become_inactive_segment()
                 cleaned.flush()
+                if _same_bytes(source, cleaned):
+                    # An earlier cleaning left the segment as this one would (the empty batch of an emptied
+                    # segment, or of a producer's last batch, is rebuilt identical): no upload. Without this
+                    # every cleaning uploaded such segments again, and a cleaning stopped by the rewrite budget
+                    # right after one never got further.
+                    continue
                 self._check_done(plog)
                 remote.replace(ref, cleaned)
                 rewritten += cleaned.size
@@ -505,6 +511,19 @@ class Cleaner:
         crash_point("cleaner.clean.after_append")  # a .cleaned segment half written
         stats.bytes_written += len(data)
         self.throttler.maybe_throttle(len(data))
+
+
+def _same_bytes(a: LogSegment, b: LogSegment) -> bool:
+    """Whether two segments' ``.log`` files hold the same bytes (read in pieces: segments can be large)."""
+    if a.size != b.size:
+        return False
+    with open(a.log.path, "rb") as fa, open(b.log.path, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 def _aborted_transactions(plog: PartitionLog, remote: RemoteTierCleaning | None, start: int,
