@@ -358,7 +358,10 @@ def test_broker_default_compression_type(tmp_path: Path) -> None:
         assert_every_client_reads(b.bootstrap, "auto-created", records)
         create_topic(b.bootstrap, "own-codec", {"compression.type": "producer"})  # a topic override wins
         produce(b.bootstrap, "own-codec", records, "gzip")
-        assert set(data_codecs(b, "own-codec")) == {CompressionType.GZIP}
+        # stored as the producer sent them: gzip, and NONE for a batch librdkafka found gzip would not shrink
+        # (a loaded machine's linger cut one small); never the broker's zstd
+        own = set(data_codecs(b, "own-codec"))
+        assert CompressionType.GZIP in own and own <= {CompressionType.GZIP, CompressionType.NONE}, own
     finally:
         b.stop()
 
@@ -385,7 +388,11 @@ def test_dynamic_changes_apply_to_the_next_appends(broker: BrokerProcess) -> Non
         records = make_records(25, f"step{n}", first_offset=len(produced))
         produce(broker.bootstrap, topic, records, "snappy", chunks=1)
         produced += records
-        assert set(data_codecs(broker, topic)[before:]) == {codec}, f"step {n}: stored {data_codecs(broker, topic)}"
+        stored_now = set(data_codecs(broker, topic)[before:])
+        if codec == CompressionType.SNAPPY:  # as the producer sent it: NONE too when snappy would not shrink a batch
+            assert codec in stored_now and stored_now <= {codec, CompressionType.NONE}, f"step {n}: {stored_now}"
+        else:
+            assert stored_now == {codec}, f"step {n}: stored {data_codecs(broker, topic)}"
     assert_every_client_reads(broker.bootstrap, topic, produced)
 
 

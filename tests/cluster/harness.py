@@ -89,8 +89,10 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
-        wait_until(lambda: len(self.admin().list_topics(timeout=5).brokers) == len(self.brokers), 30,
-                   "every broker registered")
+        # and a controller elected and known: an admin request sent before librdkafka knows the controller waits
+        # for a metadata refresh that came too late once (CreateTopics timed out at 30 s on a loaded machine)
+        wait_until(lambda: (lambda md: len(md.brokers) == len(self.brokers) and md.controller_id >= 0)(
+            self.admin().list_topics(timeout=5)), 30, "every broker registered and a controller known")
         return self
 
     def stop(self) -> None:
