@@ -2,14 +2,16 @@
 throughput with confluent-kafka against raw asyncio sockets.
 
     .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
-                                                  security|diskless|tiered-compaction|rlmm]
+                                                  security|diskless|tiered-compaction|rlmm|object-format]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
 Prints tables (MB/s = 10^6 bytes/s) and writes bench/out/log_bench.json and
 bench/out/broker_bench.json. Always exits 0 when the benchmarks ran: a missed target is reported
 as FAIL in the table, not as an error. ``--profile-broker`` runs only a cProfile pass of the
-broker (bench/out/broker_profile.pstats) and prints its hot spots.
+broker (bench/out/broker_profile.pstats) and prints its hot spots; with ``--only object-format`` it
+runs object_format_bench.py's ``--profile`` instead (py-spy on the v1 and v2 brokers' uploads and
+remote consumes, bench/out/object_format_profile/).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import columnar_bench
 import delete_topics_bench
 import diskless_bench
 import log_bench
+import object_format_bench
 import rejoin_bench
 import report as bench_report
 import rlmm_restart_bench
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
                                            "rejoin", "txn", "cleaner", "security", "diskless",
-                                           "tiered-compaction", "rlmm"],
+                                           "tiered-compaction", "rlmm", "object-format"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-broker", action="store_true",
                         help="profile the broker's produce and fetch paths (cProfile) instead of benchmarking")
     args = parser.parse_args(argv)
+    if args.profile_broker and args.only == "object-format":  # py-spy on the v1 and v2 brokers (remote format)
+        return object_format_bench.main(["--profile"])
     if args.profile_broker:
         return profile_broker(args)
     if args.only in (None, "log"):
@@ -106,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         tiered_compaction_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "rlmm"):  # remote log metadata at 1M and 10M segments: restart, memory, lookups
         rlmm_restart_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "object-format"):  # remote object format v2 (zstd + AES-GCM) vs v1: upload, consume, bytes
+        object_format_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

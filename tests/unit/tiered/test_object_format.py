@@ -179,3 +179,23 @@ def test_a_kms_plug_in_wraps_the_data_keys(make_segment: MakeSegment) -> None:
     objects, manifest = store(fmt, seg)
     assert manifest.key_id == "kms-1"
     assert read(fmt, objects, seg.metadata, LOG_SUFFIX) == seg.log_bytes()
+
+
+def test_consecutive_windows_decode_a_shared_chunk_once(tmp_path: Path, make_segment: MakeSegment) -> None:
+    """The remote reader's windows start at batch boundaries, so one ends inside the chunk the next begins in:
+    that chunk's stored bytes are fetched and decoded once."""
+    seg = make_segment(batches=40)
+    fmt = v2(tmp_path, **{"chunk.size": "16384"})
+    objects, manifest = store(fmt, seg)
+    data = seg.log_bytes()
+    fetched: list[tuple[int, int]] = []
+
+    def get_range(suffix: str, a: int, b: int) -> bytes:
+        fetched.append((a, b))
+        return objects[suffix][a:b]
+    size = 16384
+    stored = manifest.objects["log"].chunk_sizes
+    first = fmt.fetch(manifest, LOG_SUFFIX, get_range, 0, size + size // 2).read()
+    second = fmt.fetch(manifest, LOG_SUFFIX, get_range, size + size // 2, 3 * size).read()
+    assert first + second == data[:3 * size]
+    assert fetched == [(0, stored[0] + stored[1]), (stored[0] + stored[1], sum(stored[:3]))]

@@ -12,6 +12,7 @@ segment files, so a plain lexicographic listing is in offset order.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,3 +89,53 @@ def check_positions(start_position: int, end_position: int | None) -> None:
         raise ValueError(f"start position {start_position} must be >= 0")
     if end_position is not None and end_position < start_position:
         raise ValueError(f"end position {end_position} is below start position {start_position}")
+
+
+class BufferReader(io.RawIOBase):
+    """A readable stream over one buffer (obstore's ``Bytes``, Rust-owned memory; a decoded v2 range).
+
+    ``read_view`` hands out that memory itself (the remote reader uses it as its window: no copy
+    at all between the network and the response); ``readinto`` copies straight from it into the
+    caller's buffer; ``read`` returns one ``bytes`` slice.
+    """
+
+    def __init__(self, buffer: Any) -> None:
+        super().__init__()
+        self._buffer: Any = buffer  # keeps the Rust memory alive while the view is in use
+        self._view = memoryview(buffer).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read_view(self, size: int) -> memoryview:
+        """Up to ``size`` bytes as a read-only view of the fetched buffer (fewer only at its end).
+
+        The view keeps the buffer alive after ``close``.
+        """
+        end = min(len(self._view), self._pos + max(size, 0))
+        view = self._view[self._pos:end]
+        self._pos = end
+        return view
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as raw, raw.cast("B") as target:
+            n = min(len(target), len(self._view) - self._pos)
+            target[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        data = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return data
+
+    def readall(self) -> bytes:
+        return self.read()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._view.release()
+            self._buffer = None
+        super().close()

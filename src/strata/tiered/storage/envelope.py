@@ -186,12 +186,14 @@ class EncodedSegment:
 class SegmentCodec:
     """Encode a segment chunk by chunk into one stored object; decode any original byte range of it."""
 
-    def __init__(self, chunk_size: int, *, compression: bool = False, keyring: KeyRing | None = None) -> None:
+    def __init__(self, chunk_size: int, *, compression: bool = False, keyring: KeyRing | None = None,
+                 level: int = 1) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk.size must be positive, got {chunk_size}")
         self.chunk_size = chunk_size
         self.compression = compression
         self.keyring = keyring
+        self.level = level
 
     def encode(self, chunks: Iterable[bytes], original_size: int, write: Callable[[bytes], object], *,
                compress: bool | None = None, data_key: bytes | None = None) -> EncodedSegment:
@@ -208,7 +210,7 @@ class SegmentCodec:
         total = 0
         for number, chunk in enumerate(chunks):
             total += len(chunk)
-            stored = bytes(cramjam.zstd.compress(chunk)) if compressed else chunk
+            stored = bytes(cramjam.zstd.compress(chunk, level=self.level)) if compressed else chunk
             if aes is not None:
                 iv = os.urandom(IV_BYTES)
                 stored = iv + aes.encrypt(iv, stored, _chunk_aad(aad, number))
@@ -221,39 +223,67 @@ class SegmentCodec:
             return EncodedSegment(ChunkIndex(self.chunk_size, original_size, tuple(sizes)), compressed, None, aad)
         return EncodedSegment(ChunkIndex(self.chunk_size, original_size, tuple(sizes)), compressed, wrapped, aad)
 
-    def decode(self, encoded: EncodedSegment, read_stored: Callable[[int, int], bytes], start: int = 0,
-               end: int | None = None) -> bytes:
-        """Original bytes ``[start, end)``; ``read_stored(a, b)`` returns stored bytes ``[a, b)`` (one ranged
-        GET). Raises DecryptionError for a chunk that fails its tag."""
+    def decode(self, encoded: EncodedSegment, read_stored: Callable[[int, int], bytes | memoryview], start: int = 0,
+               end: int | None = None,
+               cache: tuple[Callable[[int], bytes | None], Callable[[int, bytes], None]] | None = None
+               ) -> memoryview:
+        """Original bytes ``[start, end)`` as a view of one buffer; ``read_stored(a, b)`` returns stored bytes
+        ``[a, b)`` (one ranged GET, of the chunks not in ``cache``). ``cache``: ``(get(number), put(number,
+        plain))`` of decoded chunks, so sequential windows that share a chunk decode it once. Raises
+        DecryptionError for a chunk that fails its tag or does not decompress."""
         index = encoded.index
         end = index.original_size if end is None else end
         first, last = index.chunk_range(start, end)
         if first == last:
-            return b""
-        stored_start, stored_end = index.stored_span(first, last)
-        data = read_stored(stored_start, stored_end)
-        if len(data) != stored_end - stored_start:
-            raise DecryptionError(f"stored chunks {first}-{last - 1} are {len(data)} bytes, "
-                                  f"{stored_end - stored_start} expected: the object is truncated")
-        aes = None
-        if encoded.wrapped_key is not None:
-            if self.keyring is None:
-                raise DecryptionError("the segment is encrypted and encryption is not configured")
-            aes = AESGCM(self.keyring.unwrap(encoded.wrapped_key))
-        out = []
-        position = 0
-        for number in range(first, last):
-            stored = data[position:position + index.stored_sizes[number]]
-            position += index.stored_sizes[number]
-            if aes is not None:
-                try:
-                    stored = aes.decrypt(stored[:IV_BYTES], stored[IV_BYTES:], _chunk_aad(encoded.aad, number))
-                except InvalidTag as e:
-                    raise DecryptionError(f"chunk {number} failed authentication (tampered or misplaced)") from e
-            out.append(bytes(cramjam.zstd.decompress(stored)) if encoded.compressed else stored)
-        joined = b"".join(out)
-        offset = start - first * index.original_chunk_size
-        return joined[offset:offset + end - start]
+            return memoryview(b"")
+        size = index.original_chunk_size
+        chunk_end = min(last * size, index.original_size)
+        out = bytearray(chunk_end - first * size)
+        view = memoryview(out)
+        got = cache[0] if cache is not None else None
+        cached = {n: c for n in (first, last - 1) if got is not None and (c := got(n)) is not None}
+        lo = first + 1 if first in cached else first
+        hi = last - 1 if (last - 1) in cached and last - 1 >= lo else last
+        for n, plain in cached.items():
+            view[(n - first) * size:(n - first) * size + len(plain)] = plain
+        if lo < hi:
+            stored_start, stored_end = index.stored_span(lo, hi)
+            data = memoryview(read_stored(stored_start, stored_end)).cast("B")
+            if len(data) != stored_end - stored_start:
+                raise DecryptionError(f"stored chunks {lo}-{hi - 1} are {len(data)} bytes, "
+                                      f"{stored_end - stored_start} expected: the object is truncated")
+            aes = None
+            if encoded.wrapped_key is not None:
+                if self.keyring is None:
+                    raise DecryptionError("the segment is encrypted and encryption is not configured")
+                aes = AESGCM(self.keyring.unwrap(encoded.wrapped_key))
+            position = 0
+            for number in range(lo, hi):
+                stored: bytes | memoryview = data[position:position + index.stored_sizes[number]]
+                position += index.stored_sizes[number]
+                if aes is not None:
+                    try:
+                        stored = aes.decrypt(stored[:IV_BYTES], stored[IV_BYTES:], _chunk_aad(encoded.aad, number))
+                    except InvalidTag as e:
+                        raise DecryptionError(f"chunk {number} failed authentication (tampered or misplaced)") from e
+                at = (number - first) * size
+                length = min(size, index.original_size - number * size)
+                target = view[at:at + length]
+                if encoded.compressed:
+                    try:
+                        written = cramjam.zstd.decompress_into(stored, target)
+                    except Exception as e:  # noqa: BLE001 - cramjam raises its own error types
+                        raise DecryptionError(f"chunk {number} does not decompress: {e}") from e
+                    if written != length:
+                        raise DecryptionError(f"chunk {number} decompressed to {written} bytes, {length} expected")
+                else:
+                    if len(stored) != length:
+                        raise DecryptionError(f"chunk {number} is {len(stored)} bytes, {length} expected")
+                    target[:] = stored
+                if cache is not None and number in (first, last - 1):
+                    cache[1](number, bytes(target))
+        offset = start - first * size
+        return view[offset:offset + end - start]
 
 
 def _chunk_aad(aad: bytes | None, number: int) -> bytes:

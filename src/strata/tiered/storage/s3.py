@@ -70,6 +70,7 @@ from strata.tiered.storage.common import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
     LOG_SUFFIX,
+    BufferReader,
     check_positions,
     config_bool,
     config_int,
@@ -250,7 +251,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         try:
             if end_position is not None:
                 # a range past the object's end returns what there is (fewer bytes), as a GET does
-                return cast(BinaryIO, _BufferReader(obstore.get_range(self.store, key, start=start_position,
+                return cast(BinaryIO, BufferReader(obstore.get_range(self.store, key, start=start_position,
                                                                       end=end_position + 1)))
             result = obstore.get(self.store, key, options={"range": {"offset": start_position}})
         except (BaseError, OSError) as e:
@@ -381,56 +382,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if pool is not None:
             pool.shutdown(wait=True)  # copies in flight finish their small uploads first
         self._store = None
-
-
-class _BufferReader(io.RawIOBase):
-    """A readable stream over one fetched buffer (obstore's ``Bytes``, Rust-owned memory).
-
-    ``read_view`` hands out that memory itself (the remote reader uses it as its window: no copy
-    at all between the network and the response); ``readinto`` copies straight from it into the
-    caller's buffer; ``read`` returns one ``bytes`` slice.
-    """
-
-    def __init__(self, buffer: Any) -> None:
-        super().__init__()
-        self._buffer: Any = buffer  # keeps the Rust memory alive while the view is in use
-        self._view = memoryview(buffer).cast("B")
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def read_view(self, size: int) -> memoryview:
-        """Up to ``size`` bytes as a read-only view of the fetched buffer (fewer only at its end).
-
-        The view keeps the buffer alive after ``close``.
-        """
-        end = min(len(self._view), self._pos + max(size, 0))
-        view = self._view[self._pos:end]
-        self._pos = end
-        return view
-
-    def readinto(self, buffer: Any) -> int:
-        with memoryview(buffer) as raw, raw.cast("B") as target:
-            n = min(len(target), len(self._view) - self._pos)
-            target[:n] = self._view[self._pos:self._pos + n]
-        self._pos += n
-        return n
-
-    def read(self, size: int | None = -1) -> bytes:
-        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
-        data = self._view[self._pos:end].tobytes()
-        self._pos = end
-        return data
-
-    def readall(self) -> bytes:
-        return self.read()
-
-    def close(self) -> None:
-        if not self.closed:
-            self._view.release()
-            self._buffer = None
-        super().close()
 
 
 class _ChunkStreamReader(io.RawIOBase):
