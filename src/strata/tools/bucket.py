@@ -6,6 +6,9 @@ key-encryption key; ``rewrap`` unwraps each data key not yet under the active ke
 atomic in both stores). The data objects are not touched, so a bucket of any size rotates in minutes, and
 brokers reading meanwhile are not disturbed (the data key itself does not change). Once every manifest is under
 the new key pair, the old one can leave ``encryption.key.pairs``.
+
+``verify`` (with ``--repair``): check every segment of the store against its format (and, with
+``--bootstrap-server``, against the cluster's ``__remote_log_metadata``); see :mod:`strata.tools.bucket_verify`.
 """
 
 from __future__ import annotations
@@ -23,14 +26,24 @@ from strata.errors import InvalidConfigError
 from strata.tiered.api import (
     RSM_ALIASES,
     ObjectStore,
+    RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    TopicIdPartition,
     load_class,
 )
 from strata.tiered.storage.common import LOG_SUFFIX, MANIFEST_SUFFIX
 from strata.tiered.storage.envelope import DecryptionError
 from strata.tiered.storage.object_format import CorruptObjectError, ObjectFormat, SegmentManifest
+from strata.tools.bucket_verify import (
+    DEFAULT_GRACE_PERIOD_MS,
+    DEFAULT_PARALLELISM,
+    BucketVerifier,
+    VerifyOptions,
+    print_report,
+    read_remote_log_metadata,
+)
 
 PROGRESS_INTERVAL_S = 2.0
 
@@ -52,18 +65,92 @@ def add_bucket_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser
                         help="the broker's properties file (its remote store and encryption.key.pairs)")
     rewrap.add_argument("--dry-run", action="store_true", help="count what would be rewrapped, write nothing")
     rewrap.set_defaults(func=_cmd_rewrap, command_parser=rewrap)
+    _add_verify_parser(commands, parents)
     return p
 
 
-def open_store(config_file: str | Path) -> tuple[RemoteStorageManager, ObjectFormat]:
-    """The RSM a broker with these properties would use, configured alike, and its object format."""
+def _add_verify_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    verify = commands.add_parser(
+        "verify", parents=list(parents), help="check every segment of the remote store; --repair removes orphans",
+        description="Check the remote store a broker's properties file configures: objects missing, damaged "
+                    "(size, SHA-256, chunks that do not decode, record batches that fail their CRC), orphaned, "
+                    "segments without their manifest, and with --bootstrap-server the cluster's "
+                    "__remote_log_metadata against the bucket. One line per finding, then a summary. Exit 0 "
+                    "when nothing is found (or everything found was repaired), 1 otherwise.")
+    verify.add_argument("--config", required=True, metavar="FILE",
+                        help="the broker's properties file (its remote store, and the key pairs to decode with)")
+    verify.add_argument("--bootstrap-server", metavar="HOST:PORT", default=None,
+                        help="also compare with this cluster's __remote_log_metadata (a segment it does not list "
+                             "is an orphan; one it lists that is not in the bucket is a finding)")
+    verify.add_argument("--command-config", metavar="FILE", default=None,
+                        help="client properties for a secured listener (security.protocol, sasl.*, ssl.*)")
+    verify.add_argument("--sample", type=_fraction, default=1.0, metavar="FRACTION",
+                        help="read the bytes of this fraction of the segments only (0 < F <= 1; default 1: all); "
+                             "the others get the checks that need no data read")
+    verify.add_argument("--seed", type=int, default=None,
+                        help="the seed that picks the --sample segments (default: random, printed)")
+    verify.add_argument("--repair", action="store_true",
+                        help="remove the orphans (and nothing else) last modified before the grace period")
+    verify.add_argument("--grace-period-ms", type=_non_negative_int, default=DEFAULT_GRACE_PERIOD_MS, metavar="N",
+                        help="orphans younger than this are kept by --repair, and a copy started less than this "
+                             f"long ago is in progress, not an orphan (default {DEFAULT_GRACE_PERIOD_MS})")
+    verify.add_argument("--parallelism", type=_positive_int, default=DEFAULT_PARALLELISM, metavar="N",
+                        help=f"segments checked at once (default {DEFAULT_PARALLELISM})")
+    verify.add_argument("--json", action="store_true", help="print the findings and the summary as JSON")
+    verify.set_defaults(func=_cmd_verify, command_parser=verify)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{value:g} is not a fraction in (0, 1]")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a positive number")
+    return value
+
+
+def _load_config(config_file: str | Path) -> BrokerConfig:
     try:
         props = parse_properties(Path(config_file).read_text())
-        config = BrokerConfig.from_props(props)
+        return BrokerConfig.from_props(props)
     except OSError as e:
         raise BucketError(f"cannot read {config_file}: {e}") from e
     except (InvalidConfigError, ValueError) as e:
         raise BucketError(f"{config_file}: {e}") from e
+
+
+def diskless_prefixes(config_file: str | Path) -> tuple[str, ...]:
+    """The key prefixes of diskless objects (WAL objects, coordinator snapshots) in the store: not segments.
+    The configured ``diskless.object.key.prefix`` and the default one (objects written before a change of it)."""
+    from strata.diskless.writer.object_key import DEFAULT_PREFIX  # imported here: the diskless package is heavy
+
+    prefix = _load_config(config_file).diskless.object_key_prefix.strip("/")
+    default = DEFAULT_PREFIX.split("/", 1)[0]
+    own = (f"{prefix}/",) if prefix else ("wal/", "coordinator/")
+    return tuple(dict.fromkeys((*own, f"{default}/")))
+
+
+def open_store(config_file: str | Path) -> tuple[RemoteStorageManager, ObjectFormat]:
+    """The RSM a broker with these properties would use, configured alike, and its object format."""
+    config = _load_config(config_file)
     remote = config.remote
     try:
         rsm = load_class(remote.rsm_class_name, RSM_ALIASES, RemoteStorageManager)()
@@ -130,3 +217,42 @@ def _cmd_rewrap(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _cmd_verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``strata bucket verify``: 0 healthy (or every finding repaired), 1 with findings or when it cannot run."""
+    try:
+        options = VerifyOptions(sample=args.sample, seed=args.seed, grace_period_ms=args.grace_period_ms,
+                                repair=args.repair, skip_prefixes=diskless_prefixes(args.config),
+                                parallelism=args.parallelism)
+        rsm, fmt = open_store(args.config)
+    except BucketError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    load_metadata = None
+    if args.bootstrap_server:
+        from strata.tools.kafka_cli import command_config_security
+
+        try:
+            security = command_config_security(args, BucketError)
+        except BucketError as e:
+            rsm.close()
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+        def load_metadata(partitions: set[TopicIdPartition]) -> dict[str, RemoteLogSegmentMetadata]:
+            try:
+                return read_remote_log_metadata(args.bootstrap_server, partitions, security=security)
+            except RuntimeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - unreachable, refused, timed out (WireError, KafkaClientError...)
+                raise RuntimeError(f"reading __remote_log_metadata from {args.bootstrap_server}: {e}") from e
+    try:
+        report = BucketVerifier(rsm, fmt, options, load_metadata).run()  # type: ignore[arg-type]
+    except (RemoteStorageError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        rsm.close()
+    print_report(report, sys.stdout, as_json=args.json)
+    return 1 if report.unrepaired else 0
