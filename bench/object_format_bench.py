@@ -790,6 +790,35 @@ def run_bucket(work: Path, brokers: dict[str, Any], cfg: BenchConfig, pool: Pool
     return {"topic": topic, "rows": rows}
 
 
+def run_verify(brokers: dict[str, Any]) -> dict[str, Any] | None:
+    """``strata bucket verify``'s full mode over each broker's store, once the brokers are stopped: MB/s of
+    stored bytes read (v2: hashed, decrypted, decompressed, batch-checked; v1: batch-checked)."""
+    import io
+
+    from strata.tiered.storage.local import LocalTieredStorage
+    from strata.tools.bucket_verify import BucketVerifier, VerifyOptions
+
+    if brokers.get("backend") != "local":
+        return None
+    _log("[5] strata bucket verify, full mode")
+    out: dict[str, Any] = {}
+    for fmt, remote in brokers["remote_dirs"].items():
+        rsm = LocalTieredStorage()
+        configs: dict[str, Any] = {"dir": remote, "events.log.enable": "false"}
+        if fmt == "v2":  # the v2 broker's key pair (run_brokers: <work>/keys, the broker in <work>/broker-v2)
+            keys = Path(remote).parent.parent / "keys"
+            configs.update({"compression.enabled": "true", "encryption.enabled": "true",
+                            "encryption.key.pair.id": "k1", "encryption.key.pairs": "k1",
+                            "encryption.key.pairs.k1.public.key.file": str(keys / "k1.pub.pem"),
+                            "encryption.key.pairs.k1.private.key.file": str(keys / "k1.pem")})
+        rsm.configure(configs)
+        report = BucketVerifier(rsm, rsm.object_format, VerifyOptions(seed=1), err=io.StringIO()).run()
+        out[fmt] = {"segments": report.segments, "bytes_read": report.bytes_read, "elapsed_s": report.elapsed_s,
+                    "mb_per_s": report.mb_per_s, "findings": len(report.findings)}
+        _log(f"  {fmt}: {report.segments} segments, {report.mb_per_s:.0f} MB/s, {len(report.findings)} findings")
+    return out
+
+
 def format_bucket(b: dict[str, Any]) -> str:
     header = (f"{'name':<44} {'segs':>4} {'original MiB':>12} {'stored MiB':>10} {'stored/orig':>11} "
               f"{'.log s/o':>8} {'orig B/payload B':>16} {'stored B/payload B':>18} {'.log zstd':>9}")
@@ -1139,6 +1168,9 @@ def run(work: Path, cfg: BenchConfig, only: str | None) -> dict[str, Any]:
                 phase = time.perf_counter()
                 report["bucket"] = run_bucket(work / "bucket", brokers, cfg, pool)
                 phases["bucket"] = time.perf_counter() - phase
+                phase = time.perf_counter()
+                report["verify"] = run_verify(brokers)
+                phases["verify"] = time.perf_counter() - phase
         if only in (None, "codec"):
             phase = time.perf_counter()
             report["codec"] = run_codec(work / "codec", cfg, pool)
@@ -1174,6 +1206,12 @@ def print_report(report: dict[str, Any]) -> None:
         print()
         print("3. bucket bytes on the JSON workload (stored / original = what v1 stores; objects + manifests)")
         print(format_bucket(report["bucket"]))
+    if report.get("verify"):
+        print()
+        print("5. strata bucket verify, full mode (every stored byte read, hashed, decoded and batch-checked)")
+        for fmt, v in report["verify"].items():
+            print(f"  {fmt}: {v['segments']} segments, {v['bytes_read'] / MiB:.1f} MiB read in {v['elapsed_s']:.2f} s"
+                  f" = {v['mb_per_s']:.0f} MB/s, {v['findings']} findings")
     if report.get("codec"):
         print()
         print("4. codec throughput, no broker (MB/s of original bytes)")
