@@ -36,6 +36,7 @@ from strata.tiered.api import (
 from strata.tiered.storage.common import LOG_SUFFIX, MANIFEST_SUFFIX
 from strata.tiered.storage.envelope import DecryptionError
 from strata.tiered.storage.object_format import CorruptObjectError, ObjectFormat, SegmentManifest
+from strata.tools.args import non_negative_int
 from strata.tools.bucket_verify import (
     DEFAULT_GRACE_PERIOD_MS,
     DEFAULT_PARALLELISM,
@@ -91,7 +92,7 @@ def _add_verify_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]
                         help="the seed that picks the --sample segments (default: random, printed)")
     verify.add_argument("--repair", action="store_true",
                         help="remove the orphans (and nothing else) last modified before the grace period")
-    verify.add_argument("--grace-period-ms", type=_non_negative_int, default=DEFAULT_GRACE_PERIOD_MS, metavar="N",
+    verify.add_argument("--grace-period-ms", type=non_negative_int, default=DEFAULT_GRACE_PERIOD_MS, metavar="N",
                         help="orphans younger than this are kept by --repair, and a copy started less than this "
                              f"long ago is in progress, not an orphan (default {DEFAULT_GRACE_PERIOD_MS})")
     verify.add_argument("--parallelism", type=_positive_int, default=DEFAULT_PARALLELISM, metavar="N",
@@ -110,18 +111,8 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
 def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
+    value = non_negative_int(text)
     if value == 0:
         raise argparse.ArgumentTypeError("0 is not a positive number")
     return value

@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from strata.tools.args import non_negative_int
+
 DEFAULT_BOOTSTRAP = "localhost:9092"
 TIMEOUT_S = 10.0
 DEFAULT_STUCK_AFTER_MS = 900_000  # Kafka's transaction.max.timeout.ms default
@@ -80,7 +82,7 @@ def add_transactions_parser(subparsers: Any,
     p.add_argument("--open-only", action="store_true",
                    help="only partitions with an open transaction (or an LSO below the high watermark) and only "
                         "open transactions (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence)")
-    p.add_argument("--stuck-after-ms", type=_non_negative_int, default=DEFAULT_STUCK_AFTER_MS, metavar="MS",
+    p.add_argument("--stuck-after-ms", type=non_negative_int, default=DEFAULT_STUCK_AFTER_MS, metavar="MS",
                    help="flag a partition whose LSO has been held longer than this (default "
                         f"{DEFAULT_STUCK_AFTER_MS}, Kafka's transaction.max.timeout.ms)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -91,16 +93,6 @@ def add_transactions_parser(subparsers: Any,
                         "sasl.mechanism, sasl.jaas.config, ssl.truststore.location... (docs/tools.md)")
     p.set_defaults(func=_cmd_transactions, command_parser=p)
     return p
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
 
 
 def _cmd_transactions(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
