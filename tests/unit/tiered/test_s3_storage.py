@@ -251,7 +251,7 @@ def test_a_bounded_fetch_is_one_buffer_read_without_copies(seaweedfs: SeaweedFS,
     rsm.copy_log_segment_data(seg.metadata, seg.data)
     data = seg.log_bytes()
     stream = rsm.fetch_log_segment(seg.metadata, 100, 100 + 70_000 - 1)
-    assert type(stream).__name__ == "_BufferReader"
+    assert type(stream).__name__ == "BufferReader"
     buf = bytearray(80_000)
     with stream:
         assert stream.readinto(buf) == 70_000 and stream.readinto(buf) == 0
