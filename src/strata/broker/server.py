@@ -563,6 +563,7 @@ class Broker:
             except RemoteStorageError as e:  # e.g. the topic's partition count differs from the config
                 raise KafkaStorageError(f"remote log metadata: {e}") from None
         rlm.start()
+        rlm.describe_topic = self._describe_topic
         self.remote_log_manager = rlm
         if self.member is not None and self.fetchers is not None:
             # Cluster mode: tiering follows leadership, partition by partition. Leaders upload and expire;
@@ -590,6 +591,14 @@ class Broker:
             return info is not None and info.topic_id == tip.topic_id and tip.partition < info.partitions
 
         rlm.sweep_orphans(is_live)
+
+    def _describe_topic(self, name: str) -> tuple[int, dict[str, str], int | None] | None:
+        """Partition count, config overrides and replication factor of a topic, for its bucket manifest."""
+        info = self.topics.get(name)
+        if info is None:
+            return None
+        # None when not known here (yet): a restore then uses its own default
+        return info.partitions, dict(info.configs), len(self.view.partition(name, 0).replicas) or None
 
     async def _start_diskless(self) -> None:
         """Diskless topics live in the remote store: they need one that also stores plain objects."""

@@ -64,6 +64,7 @@ from strata.tiered.api import (
     RetriableRemoteStorageError,
     TopicIdPartition,
     load_class,
+    uuid_to_str,
 )
 from strata.tiered.compaction import RemoteCompaction
 from strata.tiered.copier import (
@@ -81,12 +82,15 @@ from strata.tiered.lineage import (
     is_remote_segment_within_leader_epochs,
 )
 from strata.tiered.reader import RemoteFetchResult, RemoteLogReader
+from strata.tiered.storage.manifests import TopicManifest
 
 log = logging.getLogger("strata.tiered")
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
 TASK_FAILURE_LOG_INTERVAL_S = 30.0
+TopicDescription = tuple[int, dict[str, str], int | None]
+"""(partition count, config overrides, replication factor or None) of a topic, for its manifest in the bucket."""
 QUOTA_METRICS = "kafka_server_RemoteLogManager"
 """While a partition's copy (or expiration) task keeps failing, its WARNING repeats at most this often."""
 
@@ -219,6 +223,9 @@ class RemoteLogManager:
         # must then neither upload nor clean "dangling" uploads, which are the new leader's (the nemesis found
         # such a zombie deleting the new leader's upload in flight: a hole in the log once local retention ran).
         self.leadership_confirmed: Callable[[TopicPartition], bool] = lambda _tp: True
+        # The topic as a restore must create it again (partition count, config overrides, replication factor),
+        # for the bucket's topic manifest (object format v2); None: unknown here.
+        self.describe_topic: Callable[[str], TopicDescription | None] = lambda _topic: None
         self._scratch = log_dir / "remote-log-scratch"
         self._closed = False
         # KIP-956: one copy and one fetch quota for the whole broker (Kafka's rlmCopy/FetchQuotaManager)
@@ -532,6 +539,9 @@ class RemoteLogManager:
             self._forget_indexes(md)
         for md in segments:
             self._update_state(md, S.DELETE_SEGMENT_FINISHED)
+        manifests = getattr(self.rsm, "manifests", None)
+        if manifests is not None:  # the partition's chain, and its topic's manifest
+            manifests.delete_partition(tip)
         return len(segments)
 
     def sweep_orphans(self, is_live: Callable[[TopicIdPartition], bool]) -> asyncio.Task[None]:
@@ -648,7 +658,10 @@ class RemoteLogManager:
         if lso <= 0 or st.copied_offset >= lso:
             return
         from_offset = max(st.copied_offset + 1, plog.log_start_offset)
-        for candidate in candidate_log_segments(plog, from_offset, lso):
+        candidates = candidate_log_segments(plog, from_offset, lso)
+        if candidates:
+            await self._run(self._copier, self._put_topic_manifest, st.tip)
+        for candidate in candidates:
             if self._closed or st.tp not in self._partitions or plog.config.remote_log_copy_disable:
                 return
             # KIP-956: wait (in turn with every other partition's copy task) while the copy quota is exceeded,
@@ -676,6 +689,22 @@ class RemoteLogManager:
         st.segments_copied += 1
         plog.update_highest_offset_in_remote_storage(md.end_offset)
         log.info("copied %s to remote storage in %.0f ms", describe(st.tip, md), (time.monotonic() - started) * 1e3)
+
+    def _put_topic_manifest(self, tip: TopicIdPartition) -> None:
+        """Keep the bucket's topic manifest current (v2 stores; written again only when the topic changed)."""
+        manifests = getattr(self.rsm, "manifests", None)
+        fmt = getattr(self.rsm, "object_format", None)
+        if manifests is None or fmt is None or not fmt.writes_v2:
+            return
+        described = self.describe_topic(tip.topic)
+        if described is None:
+            return
+        partitions, configs, replication_factor = described
+        if manifests.put_topic_manifest(TopicManifest(tip.topic, uuid_to_str(tip.topic_id), partitions, configs,
+                                                      replication_factor, self.broker_id,
+                                                      self._clock.milliseconds())):
+            log.info("stored the topic manifest of %s (%d partitions, %d config overrides)", tip.topic, partitions,
+                     len(configs))
 
     def _copy_sync(self, md: RemoteLogSegmentMetadata, data: Any, detail: str | None = None) -> None:
         """COPY_SEGMENT_STARTED -> upload -> COPY_SEGMENT_FINISHED (a copier thread; the cleaner's for a

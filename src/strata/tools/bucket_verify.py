@@ -81,6 +81,16 @@ from strata.tiered.api import (
 )
 from strata.tiered.storage.common import ALL_SUFFIXES, INDEX_SUFFIXES, LOG_SUFFIX, MANIFEST_SUFFIX, segment_stem
 from strata.tiered.storage.envelope import ChunkIndex
+from strata.tiered.storage.manifests import (
+    CHAIN_DIR,
+    TOPIC_MANIFEST_NAME,
+    ChainSegment,
+    TopicManifest,
+    chain_prefix,
+    read_chain,
+    sha256_hex,
+    topic_manifest_key,
+)
 from strata.tiered.storage.object_format import CorruptObjectError, ObjectFormat, SegmentManifest, is_v2
 
 __all__ = ["KINDS", "BatchChain", "BucketVerifier", "Finding", "VerifyOptions", "VerifyReport", "looks_plain",
@@ -92,7 +102,8 @@ ORPHAN = "orphan"
 MISSING_MANIFEST = "missing-manifest"
 METADATA_MISMATCH = "metadata-mismatch"
 UNREADABLE = "unreadable"
-KINDS = (MISSING, CORRUPT, ORPHAN, MISSING_MANIFEST, METADATA_MISMATCH, UNREADABLE)
+CHAIN_BREAK = "chain-break"
+KINDS = (MISSING, CORRUPT, ORPHAN, MISSING_MANIFEST, METADATA_MISMATCH, CHAIN_BREAK, UNREADABLE)
 _TRANSIENT = (MISSING, MISSING_MANIFEST, ORPHAN)  # what a copy or a delete in progress also looks like
 
 DEFAULT_GRACE_PERIOD_MS = 3_600_000
@@ -104,6 +115,9 @@ REQUIRED_INDEXES = tuple(s for s in INDEX_SUFFIXES.values() if s != "txnindex")
 _ID = r"[A-Za-z0-9_-]{22}"
 _SEGMENT_KEY = re.compile(rf"(?P<topic>[^/]+)-(?P<topic_id>{_ID})/(?P<partition>0|[1-9][0-9]{{0,9}})/"
                           rf"(?P<start>[0-9]{{20}})-(?P<segment_id>{_ID})\.(?P<suffix>[a-z_]+)")
+_CHAIN_KEY = re.compile(rf"(?P<topic>[^/]+)-(?P<topic_id>{_ID})/(?P<partition>0|[1-9][0-9]{{0,9}})/"
+                        rf"{CHAIN_DIR}/[0-9]{{20}}\.json")
+_TOPIC_MANIFEST_KEY = re.compile(rf"(?P<topic>[^/]+)-(?P<topic_id>{_ID})/{re.escape(TOPIC_MANIFEST_NAME)}")
 _FRAMING = struct.Struct(">qi")
 
 
@@ -398,6 +412,9 @@ class BucketVerifier:
         self._stems: dict[str, dict[str, ObjectInfo]] = {}
         self._refs: dict[str, SegmentRef] = {}
         self._metadata: Mapping[str, RemoteLogSegmentMetadata] | None = None
+        self._chains: set[TopicIdPartition] = set()  # partitions with chain entries in the listing
+        self._topic_manifests: dict[tuple[str, str], ObjectInfo] = {}  # (topic, topic id) -> its manifest
+        self._manifest_sha: dict[str, str] = {}  # stem -> SHA-256 of its manifest as read
 
     # -- the run --
 
@@ -412,6 +429,9 @@ class BucketVerifier:
         self._check_all(stems, report, started)
         if self._metadata is not None:
             report.findings.extend(self._unlisted_segments())
+        reported = {f.stem for f in report.findings if f.stem is not None}
+        # a segment already reported (a damaged manifest, a missing object) is not reported again by its chain
+        report.findings.extend(f for f in self._check_chains() if f.stem is None or f.stem not in reported)
         report.findings.sort(key=lambda f: (f.key, f.kind))
         if self.options.repair:
             self._repair(report)
@@ -427,6 +447,12 @@ class BucketVerifier:
                 report.skipped += 1
                 continue
             report.objects += 1
+            if (m := _CHAIN_KEY.fullmatch(info.key)) is not None and _canonical_id(m["topic_id"]):
+                self._chains.add(TopicIdPartition(_uuid(m["topic_id"]), m["topic"], int(m["partition"])))
+                continue
+            if (m := _TOPIC_MANIFEST_KEY.fullmatch(info.key)) is not None and _canonical_id(m["topic_id"]):
+                self._topic_manifests[(m["topic"], m["topic_id"])] = info
+                continue
             parsed = parse_segment_key(info.key)
             if parsed is None:
                 findings.append(Finding(ORPHAN, info.key, "not a tiered segment's object: the key does not follow "
@@ -592,7 +618,10 @@ class BucketVerifier:
                   md: RemoteLogSegmentMetadata | None, out: _Outcome) -> None:
         manifest_key = manifest_info.key
         try:
-            manifest = SegmentManifest.from_bytes(self._get(manifest_info, 0, manifest_info.size))
+            manifest_bytes = self._get(manifest_info, 0, manifest_info.size)
+            with self._lock:
+                self._manifest_sha[ref.stem] = sha256_hex(manifest_bytes)
+            manifest = SegmentManifest.from_bytes(manifest_bytes)
             problem = _manifest_problem(ref, manifest)
         except CorruptObjectError as e:
             manifest, problem = None, str(e)
@@ -762,6 +791,77 @@ class BucketVerifier:
             findings.append(Finding(METADATA_MISMATCH, f"{stem}.{suffix}", f"{_state(md)} in __remote_log_metadata "
                                     f"(offsets {md.start_offset}-{md.end_offset}, {md.segment_size_in_bytes} bytes), "
                                     "but none of its objects is in the bucket", stem=stem))
+        return findings
+
+    # -- the chains and topic manifests (after the segments: a chain is read after its segments were listed) --
+
+    def _check_chains(self) -> list[Finding]:
+        """Every partition's chain read and checked link by link; its live segments against the bucket (each
+        there, its manifest the one chained) and the bucket's v2 segments against it; each topic's manifest.
+
+        Races with a running cluster: a chain is read after the store was listed, so a segment deleted since
+        is not live in it (listed again: gone, no finding), and one copied since is live without objects
+        (listed again: there, no finding); a chained segment gone from the store whose delete entry may not be
+        written yet is checked against the chain read once more."""
+        findings: list[Finding] = []
+        v2_stems: dict[TopicIdPartition, list[str]] = {}
+        for stem, ref in self._refs.items():
+            if MANIFEST_SUFFIX in self._stems.get(stem, {}):
+                v2_stems.setdefault(ref.topic_id_partition, []).append(stem)
+        topics: set[tuple[str, str]] = set()
+        for tip in sorted(self._chains | set(v2_stems), key=lambda t: (t.topic, t.partition, t.topic_id)):
+            topics.add((tip.topic, uuid_to_str(tip.topic_id)))
+            findings.extend(self._check_chain(tip, v2_stems.get(tip, [])))
+        for (topic, tid), info in sorted(self._topic_manifests.items()):
+            try:
+                manifest = TopicManifest.from_bytes(self._get(info, 0, info.size))
+                if (manifest.topic, manifest.topic_id) != (topic, tid):
+                    findings.append(Finding(CORRUPT, info.key, f"describes topic {manifest.topic}-{manifest.topic_id}"))
+            except ValueError as e:
+                findings.append(Finding(CORRUPT, info.key, str(e)))
+            except _Vanished:
+                pass  # the topic was deleted meanwhile
+        for topic, tid in sorted(topics - set(self._topic_manifests)):
+            key = topic_manifest_key(topic, tid)
+            if not any(i.key == key for i in self.store.list_objects(key)):  # (written after the listing)
+                findings.append(Finding(MISSING, key, "the topic has format v2 segments but no topic manifest "
+                                        "(a restore could not re-create its configs)"))
+        return findings
+
+    def _check_chain(self, tip: TopicIdPartition, stems: list[str]) -> list[Finding]:
+        view = read_chain(self.store, tip)
+        findings = [Finding(CHAIN_BREAK, key, why) for key, why in view.breaks]
+        if not view.entries:
+            if stems and any(self._relist(s) for s in stems):
+                findings.append(Finding(CHAIN_BREAK, chain_prefix(tip), f"{len(stems)} format v2 segments and no "
+                                        "chain: the partition's history cannot be vouched for"))
+            return findings
+        chained: dict[str, ChainSegment] = {seg.stem(tip): seg for seg in view.live.values()}
+        suspects: list[tuple[str, Finding]] = []
+        for stem, seg in chained.items():
+            objects = self._stems.get(stem)
+            if not objects:
+                if not self._relist(stem):
+                    suspects.append((stem, Finding(MISSING, f"{stem}.{MANIFEST_SUFFIX}", "the partition's chain lists "
+                                                   f"this segment (offsets {seg.start_offset}-{seg.end_offset}), "
+                                                   "none of its objects is in the bucket", stem=stem)))
+            elif (sha := self._manifest_sha.get(stem)) is not None and sha != seg.manifest_sha256:
+                findings.append(Finding(CORRUPT, f"{stem}.{MANIFEST_SUFFIX}", f"the manifest's SHA-256 is {sha}, the "
+                                        f"chain's entry says {seg.manifest_sha256}: it was changed or replaced",
+                                        stem=stem))
+        now = self.now_ms()
+        for stem in stems:
+            if stem in chained:
+                continue
+            info = self._stems[stem][MANIFEST_SUFFIX]
+            if now - info.last_modified_ms < self.options.grace_period_ms or not self._relist(stem):
+                continue  # a copy that has not chained it yet, or deleted since the listing
+            findings.append(Finding(CHAIN_BREAK, info.key, "a format v2 segment its partition's chain does not list "
+                                    "(its entry lost, or the segment put there by hand)", stem=stem))
+        if suspects:
+            live_now = read_chain(self.store, tip).live
+            findings.extend(f for stem, f in suspects
+                            if (seg := chained[stem]).segment_id in live_now and not self._relist(stem))
         return findings
 
     # -- repair --

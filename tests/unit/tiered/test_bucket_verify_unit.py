@@ -8,6 +8,7 @@ import io
 import json
 import os
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from strata.tiered.api import (
     uuid_to_str,
 )
 from strata.tiered.storage.local import LocalTieredStorage
+from strata.tiered.storage.manifests import TopicManifest
 from strata.tiered.storage.object_format import V2_MARKER
 from strata.tools.bucket_verify import (
     BatchChain,
@@ -100,8 +102,12 @@ def finished(seg: Segment, v2: bool, **changes: object) -> RemoteLogSegmentMetad
 
 
 def copy(rsm: LocalTieredStorage, *segments: Segment) -> None:
+    """Copy as the broker does: a v2 store also gets the topic's manifest (the RemoteLogManager writes it)."""
     for seg in segments:
         rsm.copy_log_segment_data(seg.metadata, seg.data)
+        tip = seg.metadata.topic_id_partition
+        if rsm.object_format.writes_v2:
+            rsm.manifests.put_topic_manifest(TopicManifest(tip.topic, uuid_to_str(tip.topic_id), 4, {}))
 
 
 # -- healthy --------------------------------------------------------------------------------------------
@@ -120,7 +126,8 @@ def test_a_healthy_bucket_of_v1_and_v2_segments_has_no_findings(
     assert report.skipped == 2 and report.unrepaired == []
     files = [p for p in v2.storage_dir.rglob("*") if p.is_file() and "diskless" not in p.parts]
     v2_stems = {p.name.rsplit(".", 1)[0] for p in files if p.suffix == ".manifest"}
-    read = [p for p in files if p.name.rsplit(".", 1)[0] in v2_stems or p.suffix == ".log"]  # v1: the .log only
+    read = [p for p in files  # v1: the .log only; the chains are not counted (read beside the segments)
+            if p.name.rsplit(".", 1)[0] in v2_stems or p.suffix == ".log" or p.name == "topic-manifest.json"]
     assert report.bytes_read == sum(p.stat().st_size for p in read)
     assert "5 segments checked (3 v2, 2 v1; every byte)" in report.summary_line()
     assert "no findings" in report.summary_line() and "2 diskless objects skipped" in report.summary_line()
@@ -519,3 +526,60 @@ def test_the_command_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureF
 def test_a_finding_line_names_kind_key_and_detail() -> None:
     f = Finding("missing", "t-x/0/a.index", "listed in the segment's manifest, not in the bucket")
     assert f.line() == "missing           t-x/0/a.index: listed in the segment's manifest, not in the bucket"
+
+
+# -- the manifest chain and the topic manifest ------------------------------------------------------------
+
+
+def chain_dir(rsm: LocalTieredStorage, seg: Segment) -> Path:
+    return rsm.storage_dir / stem(seg).rsplit("/", 1)[0] / "chain"
+
+
+def test_a_chain_entry_removed_a_manifest_replaced_and_an_unchained_segment_are_found(
+        remote: tuple[LocalTieredStorage, LocalTieredStorage], make_segment: MakeSegment) -> None:
+    _, v2 = remote
+    tid = uuid.uuid4()
+    a, b, c, d = (make_segment(topic_id=tid) for _ in range(4))
+    copy(v2, a, b, c, d)
+    assert verify(v2).findings == []
+    entries = sorted(chain_dir(v2, a).iterdir())
+    assert len(entries) == 4
+    entries[1].unlink()  # b's entry: the chain breaks at c's, and b is in no chain
+    doc = json.loads(path(v2, c, "manifest").read_text())
+    path(v2, c, "manifest").write_text(json.dumps(doc, indent=1))  # the same manifest, other bytes
+    report = verify(v2, grace_period_ms=0)
+    assert found(report) == sorted([
+        ("chain-break", entries[2].relative_to(v2.storage_dir).as_posix()),
+        ("chain-break", f"{stem(b)}.manifest"),
+        ("corrupt", f"{stem(c)}.manifest")])
+    assert "1 entries missing" in next(f.detail for f in report.findings if f.key.endswith(entries[2].name))
+    # within the grace period an unchained segment may be a copy about to chain it: not a finding
+    assert ("chain-break", f"{stem(b)}.manifest") not in found(verify(v2))
+
+
+def test_a_chained_segment_gone_from_the_bucket_and_a_missing_topic_manifest_are_found(
+        remote: tuple[LocalTieredStorage, LocalTieredStorage], make_segment: MakeSegment) -> None:
+    _, v2 = remote
+    tid = uuid.uuid4()
+    a, b = make_segment(topic_id=tid), make_segment(topic_id=tid)
+    copy(v2, a, b)
+    for p in v2.segment_files(a.metadata).values():
+        p.unlink()  # gone behind the broker's back: the chain still lists it
+    topic_manifest = v2.storage_dir / stem(a).split("/", 1)[0] / "topic-manifest.json"
+    topic_manifest.unlink()
+    assert found(verify(v2)) == sorted([("missing", f"{stem(a)}.manifest"),
+                                        ("missing", topic_manifest.relative_to(v2.storage_dir).as_posix())])
+    v2.delete_log_segment_data(b.metadata)  # a delete through the RSM is recorded in the chain: no finding
+    assert [f for f in verify(v2).findings if stem(b) in f.key] == []
+
+
+def test_a_partition_of_v2_segments_without_any_chain_is_a_finding(
+        remote: tuple[LocalTieredStorage, LocalTieredStorage], make_segment: MakeSegment) -> None:
+    _, v2 = remote
+    a = make_segment()
+    copy(v2, a)
+    for p in chain_dir(v2, a).iterdir():
+        p.unlink()
+    report = verify(v2)
+    assert [(f.kind, f.detail.split(":")[0]) for f in report.findings] == [
+        ("chain-break", "1 format v2 segments and no chain")]

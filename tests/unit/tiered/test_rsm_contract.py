@@ -42,6 +42,12 @@ class Backend:
     v2: bool = False
 
 
+def _chain(key: str) -> bool:
+    """A v2 partition's manifest chain entry: the store's own map, tested in test_manifest_chain.py and
+    tests/tiered/test_bucket_manifests.py; the contract is about the segments' objects."""
+    return "/chain/" in key
+
+
 def _local(tmp_path: Path, v2: dict[str, str] | None = None) -> Backend:
     root = tmp_path / "remote"
 
@@ -51,7 +57,8 @@ def _local(tmp_path: Path, v2: dict[str, str] | None = None) -> Backend:
         return rsm
 
     def keys() -> list[str]:
-        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != EVENTS_FILE)
+        return sorted(k for p in root.rglob("*") if p.is_file() and p.name != EVENTS_FILE
+                      and not _chain(k := str(p.relative_to(root))))
 
     return Backend("local", new(), keys, new, v2=v2 is not None)
 
@@ -65,7 +72,7 @@ def _s3(server: SeaweedFS, v2: dict[str, str] | None = None) -> Backend:
         return rsm
 
     def keys() -> list[str]:
-        return [k[len(prefix):] for k in server.list_keys(prefix)]
+        return [k[len(prefix):] for k in server.list_keys(prefix) if not _chain(k)]
 
     return Backend("s3", new(), keys, new, server, prefix, v2=v2 is not None)
 

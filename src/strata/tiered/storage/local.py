@@ -95,6 +95,7 @@ from strata.tiered.storage.common import (
     partition_path,
     segment_stem,
 )
+from strata.tiered.storage.manifests import BucketManifests
 from strata.tiered.storage.object_format import ObjectFormat
 
 EVENTS_FILE = ".events.jsonl"
@@ -269,6 +270,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self._delete_enabled = True
         self._fetch_delay_s = 0.0
         self.object_format = ObjectFormat()
+        self.manifests = BucketManifests(self)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -281,6 +283,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self._delete_enabled = config_bool(configs, "delete.enable", True)
         self._fetch_delay_s = config_int(configs, "fetch.delay.ms", 0, minimum=0) / 1000
         self.object_format = ObjectFormat.from_config(configs)
+        self.manifests = BucketManifests.from_config(self, configs, self.broker_id)
         if config_bool(configs, "events.log.enable", True):
             self._events_fd = os.open(self._dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -378,6 +381,8 @@ class LocalTieredStorage(RemoteStorageManager):
                         with self.object_format.encode(metadata, sources) as encoded:
                             _atomic_copy_all({self._path(metadata, suffix): source
                                               for suffix, source in encoded.objects.items()})
+                            _fsync_dir(target_dir)  # the objects are durable before the chain names them
+                            self.manifests.added(metadata, encoded.manifest_bytes)
                             custom: bytes | None = encoded.custom_metadata
                     else:
                         _atomic_copy_all({self._path(metadata, suffix): source for suffix, source in sources.items()})
@@ -389,6 +394,8 @@ class LocalTieredStorage(RemoteStorageManager):
                 _fsync_dir(target_dir)
             except BaseException:
                 self._delete_files(metadata)  # Kafka: a failed copy leaves no partial fileset behind
+                if self.object_format.writes_v2:
+                    self.manifests.deleted_quietly(metadata)  # the chain's add may have landed
                 raise
             return custom
 
@@ -437,6 +444,8 @@ class LocalTieredStorage(RemoteStorageManager):
         def delete() -> None:
             if self._delete_enabled:
                 self._delete_files(metadata)
+                if self.object_format.may_hold_v2:
+                    self.manifests.deleted(metadata)
             self.object_format.forget(metadata)
 
         self._operation(EventType.DELETE_SEGMENT, metadata, delete)

@@ -188,6 +188,12 @@ class EncodedObjects:
     manifest: SegmentManifest
     custom_metadata: bytes = V2_MARKER
 
+    @property
+    def manifest_bytes(self) -> bytes:
+        data = self.objects[MANIFEST_SUFFIX]
+        assert isinstance(data, bytes)
+        return data
+
 
 def is_v2(metadata: RemoteLogSegmentMetadata) -> bool:
     custom = metadata.custom_metadata

@@ -78,6 +78,7 @@ from strata.tiered.storage.common import (
     object_key,
 )
 from strata.tiered.storage.local import check_object_key, check_object_prefix, check_object_range
+from strata.tiered.storage.manifests import BucketManifests
 from strata.tiered.storage.object_format import ObjectFormat
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._pool_lock = threading.Lock()
         self._secrets: tuple[str, ...] = ()  # configured secret values, scrubbed from every message
         self.object_format = ObjectFormat()
+        self.manifests = BucketManifests(self)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -129,6 +131,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise ValueError(f"config 's3.multipart.upload.part.size' must be <= {MAX_PART_SIZE}, got {self.part_size}")
         self.concurrency = config_int(configs, "s3.multipart.upload.concurrency", 4, minimum=1)
         self.object_format = ObjectFormat.from_config(configs)
+        self.manifests = BucketManifests.from_config(self, configs, config_int(configs, "broker.id", -1))
         endpoint = config_str(configs, "s3.endpoint.url") or None
         region = config_str(configs, "s3.region") or None
         path_style = config_bool(configs, "s3.path.style.access.enabled", False)
@@ -193,6 +196,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     objects = dict(encoded.objects)
                     log_object = objects.pop(LOG_SUFFIX)
                     self._upload(metadata, log_object, list(objects.items()))
+                    try:
+                        self.manifests.added(metadata, encoded.manifest_bytes)
+                    except BaseException:
+                        self._delete_quietly(metadata)  # no segment outside its chain (nor a chained ghost)
+                        raise
                     return encoded.custom_metadata
             except FileNotFoundError as e:  # a local input vanished: not a missing remote object
                 raise RemoteStorageError(f"cannot copy {e.filename}: {e.strerror}") from e
@@ -299,6 +307,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
             pass
         except (BaseError, OSError) as e:
             raise _translate(e, f"delete of {metadata.remote_log_segment_id}", secrets=self._secrets) from e
+        if self.object_format.may_hold_v2:
+            self.manifests.deleted(metadata)
 
     def _delete_quietly(self, metadata: RemoteLogSegmentMetadata) -> None:
         try:
