@@ -38,6 +38,7 @@ class BrokerProcess:
         """``host``/``wrap``: the address it listens on and the command prefix that runs it (the nemesis
         suite's network namespaces: ``ip netns exec NAME``, which execs, so the pid is the broker's)."""
         self.data_dir = data_dir
+        self.verbose = bool(os.environ.get("STRATA_TEST_BROKER_VERBOSE"))  # INFO in broker.log, for debugging
         self.host = host
         self.wrap = wrap
         self.props = {**TEST_DEFAULTS, **(props or {})}
@@ -72,7 +73,7 @@ class BrokerProcess:
             self.listener_ports.setdefault(name, free_port())
         endpoints = ([f"PLAINTEXT://{self.host}:{port}"]
                      + [f"{n}://{self.host}:{p}" for n, p in self.listener_ports.items()])
-        args = [*self.wrap, sys.executable, "-m", "strata", "serve",
+        args = [*self.wrap, sys.executable, "-m", "strata", "serve", *(["-v"] if self.verbose else []),
                 "--set", f"log.dirs={self.data_dir / 'logs'}",
                 "--set", f"listeners={','.join(endpoints)}"]
         if self.listeners:

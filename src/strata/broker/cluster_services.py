@@ -11,6 +11,7 @@ for, instead of reaching into the ``Broker`` object).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,7 +39,8 @@ class LocalTopics(Protocol):
     replicas: ReplicaManager
 
     def broker_entry(self, listener: str | None = None) -> dict[str, Any]: ...
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo: ...
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str],
+                     topic_id: uuid.UUID | None = None) -> TopicInfo: ...
     def delete_topic(self, name: str) -> TopicInfo: ...
     def add_partitions(self, name: str, count: int) -> TopicInfo: ...
     async def topic_changed(self, info: TopicInfo, deleted: bool = False) -> None:
@@ -66,8 +68,8 @@ class ClusterView(Protocol):
 
 class TopicAdmin(Protocol):
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
-                           ) -> TopicInfo: ...
+                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None,
+                           topic_id: uuid.UUID | None = None, initial_leader_epoch: int = 0) -> TopicInfo: ...
     async def delete_topic(self, name: str, timeout_s: float) -> None: ...
     async def add_partitions(self, name: str, count: int, assignment: Sequence[Sequence[int]] | None) -> None: ...
     async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None: ...
@@ -118,9 +120,11 @@ class LocalTopicAdmin:
         return 1
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
-                           ) -> TopicInfo:
-        info = self._broker.create_topic(name, partitions, dict(configs))
+                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None,
+                           topic_id: uuid.UUID | None = None, initial_leader_epoch: int = 0) -> TopicInfo:
+        # (a single node moves a restored partition's epoch up once its log is restored: initial_leader_epoch
+        # is for a cluster's controller)
+        info = self._broker.create_topic(name, partitions, dict(configs), topic_id=topic_id)
         await self._broker.topic_changed(info)
         return info
 
@@ -210,8 +214,8 @@ class ZkTopicAdmin:
         return len(self._node.metadata.brokers)
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None
-                           ) -> TopicInfo:
+                           configs: Mapping[str, str], assignment: Mapping[int, Sequence[int]] | None = None,
+                           topic_id: uuid.UUID | None = None, initial_leader_epoch: int = 0) -> TopicInfo:
         validate_topic_name(name)  # Metadata's auto-create comes here unchecked (a single node's registry checks)
         collision = self._broker.topics.colliding_topic(name)
         if collision is not None:
@@ -219,7 +223,8 @@ class ZkTopicAdmin:
                            f"Topic '{name}' collides with existing topic: {collision}")
         node = self._node
         plan = node.assignment_for(partitions, replication_factor, assignment)
-        topic_id = await node.create_topic(name, plan, configs)
+        topic_id = await node.create_topic(name, plan, configs, topic_id=topic_id,
+                                           initial_leader_epoch=initial_leader_epoch)
         topics = self._broker.topics
 
         def visible() -> bool:

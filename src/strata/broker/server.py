@@ -42,6 +42,7 @@ from strata.broker.leader_producer import LeaderProducer
 from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
+from strata.broker.recovery.service import TopicRecoveryService
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.replication_config import ReplicationConfig
 from strata.broker.throttling import Throttler
@@ -69,6 +70,7 @@ from strata.log.manager import LogManager
 from strata.quota.client import ClientQuotaManagers
 from strata.quota.replication import ReplicationQuotas
 from strata.replication.fetcher import ReplicaFetcherManager
+from strata.replication.partition import PartitionState
 from strata.replication.replica_manager import ReplicaManager
 from strata.tiered.api import ObjectStore, RemoteStorageError, TopicIdPartition
 from strata.tiered.manager import RemoteAuxState, RemoteLogManager, TieredStats, copy_lag
@@ -163,6 +165,7 @@ class Broker:
         self.groups: Any = None  # the group coordinator, set in start() (see strata.coordinator.group)
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
+        self.topic_recovery: TopicRecoveryService | None = None  # remote.recovery, with tiering on
         self.diskless: DisklessService | None = None  # diskless topics, set in start() when tiering is on
         self.metrics = Registry()
         self.log_cleaner: LogCleaner | None = None
@@ -203,8 +206,9 @@ class Broker:
         port = li.advertised_port or self._bound.get(li.name, li.port)
         return {"node_id": self.node_id, "host": li.advertised_host, "port": port, "rack": None}
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
-        info = self.topics.create(name, partitions, configs)
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str],
+                     topic_id: uuid.UUID | None = None) -> TopicInfo:
+        info = self.topics.create(name, partitions, configs, topic_id=topic_id)
         try:
             self.replicas.open_topic(info)
         except (OSError, KafkaStorageError) as e:
@@ -564,6 +568,8 @@ class Broker:
                 raise KafkaStorageError(f"remote log metadata: {e}") from None
         rlm.start()
         rlm.describe_topic = self._describe_topic
+        rlm.on_log_restored = self._on_log_restored
+        self.topic_recovery = TopicRecoveryService(rlm, self.node_id, self.clock)
         self.remote_log_manager = rlm
         if self.member is not None and self.fetchers is not None:
             # Cluster mode: tiering follows leadership, partition by partition. Leaders upload and expire;
@@ -591,6 +597,23 @@ class Broker:
             return info is not None and info.topic_id == tip.topic_id and tip.partition < info.partitions
 
         rlm.sweep_orphans(is_live)
+
+    def _on_log_restored(self, tp: TopicPartition, highest_epoch: int) -> None:
+        """remote.recovery: a leader's log now starts after the restored records, whose batches carry leader
+        epochs up to ``highest_epoch``: new records must go in a later epoch, or the epoch history would go
+        backwards (a cluster's restored topic was created leading above them; a single node moves up now)."""
+        part = self.replicas.partitions.get(tp)
+        if part is None or not part.is_leader:
+            return
+        if part.leader_epoch > highest_epoch:
+            part.log.leader_epoch_cache.assign(part.leader_epoch, part.log.log_end_offset)
+        elif self.cluster is None:
+            self.replicas.become_leader_or_follower(
+                tp, part.topic_id, PartitionState(self.node_id, highest_epoch + 1, (self.node_id,), (self.node_id,)))
+        else:
+            log.warning("%s: the restored records carry leader epochs up to %d but the partition leads in epoch %d "
+                        "(not created through remote.recovery?): new records may be hard to tell from them by epoch",
+                        tp, highest_epoch, part.leader_epoch)
 
     def _describe_topic(self, name: str) -> tuple[int, dict[str, str], int | None] | None:
         """Partition count, config overrides and replication factor of a topic, for its bucket manifest."""

@@ -37,6 +37,7 @@ from strata.cluster.znodes import (
     BrokerRegistration,
     ConfigEntityChangeNotificationZNode,
     ConfigEntityZNode,
+    ControllerEpochZNode,
     DeleteTopicsZNode,
     Endpoint,
     LeaderAndIsr,
@@ -363,9 +364,14 @@ class ClusterNode:
             raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from None
 
     async def create_topic(self, name: str, assignment: Mapping[int, Sequence[int]], configs: Mapping[str, str],
-                           topic_id: uuid.UUID | None = None) -> uuid.UUID:
+                           topic_id: uuid.UUID | None = None, initial_leader_epoch: int = 0) -> uuid.UUID:
         """``createTopicWithAssignment``: configs first (a reader of the topic znode finds them), then the
-        topic znode; an existing topic znode means TOPIC_ALREADY_EXISTS."""
+        topic znode; an existing topic znode means TOPIC_ALREADY_EXISTS.
+
+        ``initial_leader_epoch`` above 0 (a topic restored from the remote store, whose records carry the old
+        cluster's epochs): each partition's first state is written before the topic znode, leading in that
+        epoch, as the controller would write it at epoch 0 (first live replica leads, the live replicas in
+        sync); the controller finds it when the topic appears and goes on from it."""
         if name in self.metadata.topics or await self.zk.exists(TopicZNode.path(name)) is not None:
             raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if await self.zk.exists(DeleteTopicsZNode.path(name)) is not None:
@@ -377,11 +383,31 @@ class ClusterNode:
             await self.zk.create(config_path, data, makepath=True)
         except ZkNodeExistsError:
             await self.zk.set(config_path, data)
+        topic = Op.create(TopicZNode.path(name), TopicZNode.encode(topic_id, assignment))
         try:
-            await self.zk.create(TopicZNode.path(name), TopicZNode.encode(topic_id, assignment))
-        except ZkNodeExistsError:
-            raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+            if initial_leader_epoch > 0:  # one transaction: the controller sees the topic with its states
+                await self.zk.multi([topic, *await self._initial_state_ops(name, assignment, initial_leader_epoch)])
+            else:
+                await self.zk.create(topic.path, topic.data)
+        except (ZkNodeExistsError, MultiError) as e:
+            if isinstance(e, ZkNodeExistsError) or isinstance(e.cause, ZkNodeExistsError):
+                raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+            raise
         return topic_id
+
+    async def _initial_state_ops(self, name: str, assignment: Mapping[int, Sequence[int]], epoch: int) -> list[Op]:
+        got = await self.zk.get_or_none(ControllerEpochZNode.PATH)
+        controller_epoch = ControllerEpochZNode.decode(got[0]) if got else 0
+        live = set(self.metadata.brokers)
+        ops = [Op.create(TopicZNode.partitions_path(name))]
+        for partition, replicas in sorted(assignment.items()):
+            in_sync = [r for r in replicas if r in live]
+            ops.append(Op.create(TopicZNode.partition_path(name, partition)))
+            if in_sync:  # else the controller starts it (at epoch 0) once a replica is live
+                state = LeaderAndIsr(in_sync[0], epoch, tuple(in_sync), controller_epoch)
+                ops.append(Op.create(TopicPartitionStateZNode.path(name, partition),
+                                     TopicPartitionStateZNode.encode(state)))
+        return ops
 
     async def delete_topic(self, name: str) -> None:
         if name not in self.metadata.topics and await self.zk.exists(TopicZNode.path(name)) is None:

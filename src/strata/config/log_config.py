@@ -62,6 +62,9 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("diskless.enable", "bool", False, None,
               "KIP-1150: produce straight to the remote store, no leader-follower replication (set at creation)"),
     ConfigKey("remote.log.copy.disable", "bool", False, None, "Stop copying; remote data becomes read-only"),
+    ConfigKey("remote.recovery", "bool", False, None,
+              "Create the topic from the remote store's manifests (issue 29): its id, partitions, configs and "
+              "every tiered record come back; only meaningful at creation"),
     ConfigKey("remote.log.delete.on.disable", "bool", False, None, "Delete remote data when tiering is disabled"),
     ConfigKey("file.delete.delay.ms", "long", 60_000, at_least(0), "Delay before .deleted files are removed"),
     ConfigKey("max.message.bytes", "int", 1_048_588, at_least(0), "Largest record batch accepted"),
@@ -158,6 +161,7 @@ class LogConfig:
     remote_storage_enable: bool = False
     diskless_enable: bool = False
     remote_log_copy_disable: bool = False
+    remote_recovery: bool = False
     remote_log_delete_on_disable: bool = False
     file_delete_delay_ms: int = 60_000
     max_message_bytes: int = 1_048_588

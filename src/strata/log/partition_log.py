@@ -84,6 +84,9 @@ class PartitionLog:
         self._clock = clock
         self._scheduler = scheduler
         self.remote_log_enabled = remote_log_enabled
+        # remote.recovery: this leader's log is about to start where the remote tier ends; until then appends
+        # are refused (their offsets would collide with the restored records)
+        self.remote_restore_pending = False
         first_local = local_log.segments.active.base_offset if not local_log.segments.first else \
             local_log.segments.first.base_offset  # type: ignore[union-attr]
         self.log_start_offset = log_start_offset if remote_log_enabled else max(log_start_offset, first_local)

@@ -147,7 +147,9 @@ class ReplicaManager:
     def _lead_alone(self, tp: TopicPartition, topic_id: uuid.UUID) -> None:
         part = self._host(tp, topic_id)
         if part.leader_epoch < 0:
-            state = PartitionState(self.node_id, INITIAL_LEADER_EPOCH, (self.node_id,), (self.node_id,))
+            # the log's latest epoch: a restored topic's log leads above the epochs of the bucket's records
+            epoch = max(INITIAL_LEADER_EPOCH, part.log.leader_epoch_cache.latest_epoch or 0)
+            state = PartitionState(self.node_id, epoch, (self.node_id,), (self.node_id,))
             part.apply(state, self.clock.milliseconds())
         # This node is the only replica: everything in the log was acknowledged, so the HW is the
         # log end (the checkpointed HW lags after a kill -9).
@@ -245,6 +247,10 @@ class ReplicaManager:
         if part.fenced:  # acks=1 too: a write the new leader never sees is lost; send the client there
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"Broker {self.node_id} lost its ZooKeeper session: its leadership of {tp} is not confirmed")
+        if part.log.remote_restore_pending:  # (retriable: the client waits and sends again)
+            raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                           f"{tp} is being restored from remote storage (remote.recovery); its leader accepts "
+                           "records once its log starts after the restored ones")
         if required_acks == -1:
             min_isr = part.log.config.min_insync_replicas
             if len(part.isr) < min_isr:

@@ -128,6 +128,7 @@ class PartitionTierState:
     failure_logged_at: float | None = None  # last WARNING about them (rate-limited)
     being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    restoring: bool = False  # remote.recovery: the leader's empty log is to start where the remote tier ends
 
 
 class TieredStats:
@@ -226,6 +227,9 @@ class RemoteLogManager:
         # The topic as a restore must create it again (partition count, config overrides, replication factor),
         # for the bucket's topic manifest (object format v2); None: unknown here.
         self.describe_topic: Callable[[str], TopicDescription | None] = lambda _topic: None
+        # remote.recovery: a leader's log now starts where its remote tier ends; the broker then makes sure the
+        # partition leads in an epoch above the restored ones (the highest restored epoch is passed).
+        self.on_log_restored: Callable[[TopicPartition, int], None] = lambda _tp, _epoch: None
         self._scratch = log_dir / "remote-log-scratch"
         self._closed = False
         # KIP-956: one copy and one fetch quota for the whole broker (Kafka's rlmCopy/FetchQuotaManager)
@@ -312,7 +316,11 @@ class RemoteLogManager:
             if plog is None or not plog.remote_log_enabled or tp in self._partitions:
                 continue
             self._stop_following(tp)
-            new[tp] = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
+            new[tp] = st = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
+            if plog.config.remote_recovery and plog.log_end_offset == 0 and plog.log_start_offset == 0:
+                # a restored topic's leader with nothing local yet: no append until its log starts after the
+                # remote tier (else new records would take offsets the bucket's records hold)
+                st.restoring = plog.remote_restore_pending = True
         if not new:
             return
         self.rlmm.on_partition_leadership_changes({st.tip for st in new.values()}, set())
@@ -571,6 +579,8 @@ class RemoteLogManager:
             delay_ms = self.config.task_interval_ms
             try:
                 if self.rlmm.is_ready(st.tip) and st.copy_cancelled is None and self.leadership_confirmed(st.tp):
+                    if st.restoring:
+                        await self._restore_leader_log(st)
                     await self._copy_log_segments_to_remote(st)
                 if st.failures:
                     self._log_copy_recovered(st)
@@ -634,6 +644,44 @@ class RemoteLogManager:
         base = min(cfg.task_retry_backoff_max_ms, cfg.task_retry_backoff_ms * 2 ** min(failures - 1, 30))
         jitter = 1 + random.uniform(-cfg.task_retry_jitter, cfg.task_retry_jitter)
         return max(1, int(base * jitter))
+
+    async def _restore_leader_log(self, st: PartitionTierState) -> None:
+        """``remote.recovery``: start this leader's empty log where its remote tier ends, as a follower below
+        its leader's local log start does (Kafka's ``buildRemoteLogAuxState``): the leader-epoch history and
+        producer state from the last remote segment, the log start at the first one, the high watermark at the
+        end (every restored record was committed). A partition the bucket held nothing of starts at 0."""
+        tip = st.tip
+
+        def read() -> tuple[int, int, list[tuple[int, int]], bytes, int, int] | None:
+            sync = getattr(self.rlmm, "sync", None)
+            if sync is not None:
+                sync(tip)
+            segments = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is S.COPY_SEGMENT_FINISHED]
+            if not segments:
+                return None
+            last = max(segments, key=lambda md: md.end_offset)
+            with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
+                epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {last.remote_log_segment_id}")
+            with self.rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT) as f:
+                snapshot = f.read()
+            highest = max(e for md in segments for e in md.segment_leader_epochs)
+            return (last.end_offset + 1, min(md.start_offset for md in segments),
+                    [(e.epoch, e.start_offset) for e in epochs], snapshot, highest, len(segments))
+
+        plog = self._log_for(st.tp)
+        found = await self._run(self._follower, read)
+        if plog is None or self._log_for(st.tp) is not plog or self._partitions.get(st.tp) is not st:
+            return
+        if found is not None and plog.log_end_offset == 0:
+            next_offset, log_start, epochs, snapshot, highest_epoch, count = found
+            plog.restore_from_remote_tier(next_offset, log_start, epochs, snapshot)
+            self.on_log_restored(st.tp, highest_epoch)
+            log.info("%s: restored from remote storage: offsets %d..%d in %d segments; the local log starts at %d",
+                     st.tp, log_start, next_offset - 1, count, next_offset)
+        elif found is None:
+            log.info("%s: remote.recovery: the remote tier holds nothing of this partition; it starts empty", st.tp)
+        plog.remote_restore_pending = False
+        st.restoring = False
 
     async def _copy_log_segments_to_remote(self, st: PartitionTierState) -> None:
         plog = self._log_for(st.tp)
@@ -842,7 +890,7 @@ class RemoteLogManager:
         while True:
             delay_ms = self.config.task_interval_ms
             try:
-                if self.rlmm.is_ready(st.tip) and self.leadership_confirmed(st.tp):
+                if self.rlmm.is_ready(st.tip) and self.leadership_confirmed(st.tp) and not st.restoring:
                     await self.expire_once(st)
                 failures = 0
             except asyncio.CancelledError:

@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 
 from strata.broker.config_views import ConfigViews
 from strata.broker.dispatch import RequestContext, handles
+from strata.broker.recovery.service import RecoveredTopic, merge, wants_recovery
 from strata.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from strata.config.log_config import canonical_topic_configs
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaError
@@ -125,6 +126,25 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str], di
     return partitions, rf, configs, None
 
 
+async def _recover(ctx: RequestContext, topic: Any, manual: dict[int, list[int]] | None, rf: int,
+                   configs: dict[str, str]) -> RecoveredTopic:
+    """``remote.recovery=true``: the topic as the remote store describes it, completed by the request."""
+    broker = ctx.broker
+    if broker.topic_recovery is None:
+        raise ApiError(ErrorCode.INVALID_CONFIG, "remote.recovery=true needs remote storage on the broker "
+                                                 "(remote.log.storage.system.enable=true)")
+    plan = await broker.topic_recovery.plan(topic.name)
+    if any(t.topic_id == plan.topic_id for t in broker.topics):
+        raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"remote.recovery: topic id {plan.manifest.topic_id} of "
+                                                       f"'{topic.name}' in the remote store is in use already")
+    requested = len(manual) if manual is not None else topic.num_partitions
+    named_rf = rf if manual is not None or topic.replication_factor != -1 else -1
+    recovered = merge(plan, requested, named_rf, broker.config.default_replication_factor,
+                      broker.admin.max_replication_factor(), configs)
+    broker.topics.check_configs(recovered.configs)
+    return recovered
+
+
 def _total_partitions(topics: Any, default_partitions: int) -> int:
     """Kafka's ``validateTotalNumberOfPartitions``: an upper bound of what the request creates."""
     total = 0
@@ -188,8 +208,17 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         partitions, rf, configs, manual = plan
         topic_id = None
         try:
+            recovered = await _recover(ctx, topic, manual, rf, configs) if wants_recovery(configs) else None
+            if recovered is not None:
+                partitions, rf, configs = recovered.partitions, recovered.replication_factor, recovered.configs
             if not validate_only:
-                info = await broker.admin.create_topic(topic.name, partitions, rf, configs, manual)
+                if recovered is None:
+                    info = await broker.admin.create_topic(topic.name, partitions, rf, configs, manual)
+                else:
+                    await broker.topic_recovery.publish(recovered.plan)
+                    info = await broker.admin.create_topic(
+                        topic.name, partitions, rf, configs, manual, topic_id=recovered.plan.topic_id,
+                        initial_leader_epoch=recovered.plan.initial_leader_epoch)
                 topic_id = info.topic_id
         except KafkaError as e:
             return _error(topic.name, e.error_code, str(e))

@@ -1,0 +1,134 @@
+"""A topic comes back from the bucket (issue 29, part 4) on a single broker: the broker that wrote it is gone with
+its disk; a new broker on the same bucket creates the topic with ``remote.recovery=true`` and serves every tiered
+record again with its offset, key, value and timestamp; the topic's id, partitions and configs come from the
+bucket; new records continue after the restored ones, in a later leader epoch, across a restart. The 3-broker
+version (ZooKeeper and every disk destroyed) is tests/cluster/test_cluster_recovery.py."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import ConfigResource, NewTopic
+from tests.support.keys import v2_broker_props
+from tests.tiered.harness import WAIT_S, TieredBroker, wait_until
+
+from strata.tiered.storage.local import LocalTieredStorage
+from strata.tiered.storage.manifests import read_topic_manifest
+
+TOPIC = "orders"
+PARTITIONS = 2
+BASE_TS = 1_700_000_000_000
+
+Record = tuple[int, bytes, bytes, int]  # offset, key, value, timestamp
+
+
+def read_partition(bootstrap: str, partition: int, end: int, timeout_s: float = WAIT_S) -> list[Record]:
+    """Every record of ``orders-<partition>`` below ``end``, with its timestamp."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False})
+    out: list[Record] = []
+    try:
+        c.assign([CkTopicPartition(TOPIC, partition, 0)])
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            out.append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+    finally:
+        c.close()
+    return [r for r in out if r[0] < end]
+
+
+def produce(b: TieredBroker, first: int, count: int) -> None:
+    for p in range(PARTITIONS):
+        b.produce(TOPIC, p, [(f"k{p}-{i}", f"value {p}-{i} " + "x" * 300, BASE_TS + i * 1000)
+                             for i in range(first, first + count)])
+
+
+def create_recovered(b: TieredBroker, partitions: int = -1, **configs: str) -> Any:
+    futures = b.admin().create_topics([NewTopic(TOPIC, partitions, -1, config={"remote.recovery": "true",
+                                                                               **configs})],
+                                      operation_timeout=30)
+    return futures[TOPIC]
+
+
+def topic_configs(b: TieredBroker) -> dict[str, str]:
+    res = ConfigResource(ConfigResource.Type.TOPIC, TOPIC)
+    entries = b.admin().describe_configs([res])[res].result(timeout=WAIT_S)
+    return {k: v.value for k, v in entries.items()}
+
+
+def test_a_topic_is_recovered_from_the_bucket_by_a_new_broker(tmp_path: Path) -> None:
+    props = v2_broker_props(tmp_path / "keys")
+    old = TieredBroker(tmp_path / "old", **props).start()
+    try:
+        old.create_topic(TOPIC, partitions=PARTITIONS, max_batches_per_segment=2, segment_bytes="4096",
+                         retention_ms="-1", **{"max.message.bytes": "123456"})
+        produce(old, 0, 40)
+        for p in range(PARTITIONS):
+            wait_until(f"{TOPIC}-{p} mostly tiered", lambda p=p: old.list_offsets(TOPIC, p, -5)[0] >= 30)
+        expected = {p: read_partition(old.bootstrap, p, 40) for p in range(PARTITIONS)}
+        assert all(len(expected[p]) == 40 for p in range(PARTITIONS))
+        assert expected[0][3] == (3, b"k0-3", b"value 0-3 " + b"x" * 300, BASE_TS + 3000)
+    finally:
+        old.stop()  # the broker and its disk are gone; the bucket stays
+
+    new = TieredBroker(tmp_path / "new", **props)
+    shutil.copytree(old.remote_dir, new.remote_dir)  # the same bucket, seen from the new broker's config
+    new.start()
+    try:
+        store = LocalTieredStorage()
+        store.configure({"dir": str(new.remote_dir), "events.log.enable": "false"})
+        assert "has 2 partitions" in str(create_recovered(new, partitions=5).exception(timeout=WAIT_S))
+        create_recovered(new).result(timeout=WAIT_S)
+        meta = new.admin().list_topics(TOPIC, timeout=10).topics[TOPIC]
+        assert len(meta.partitions) == PARTITIONS
+        configs = topic_configs(new)
+        assert configs["segment.bytes"] == "4096" and configs["max.message.bytes"] == "123456"
+        assert configs["remote.storage.enable"] == "true" and configs["remote.recovery"] == "true"
+        ends = {}
+        for p in range(PARTITIONS):  # the restored end: whatever the old broker had tiered (at least 30)
+            ends[p] = wait_until(f"{TOPIC}-{p} restored", lambda p=p: (e := new.list_offsets(TOPIC, p, -1)[0]) >= 30
+                                 and e)
+            assert new.list_offsets(TOPIC, p, -2)[0] == 0
+            expected[p] = expected[p][: ends[p]]
+            assert read_partition(new.bootstrap, p, ends[p]) == expected[p]  # offsets, keys, values, timestamps
+        manifest = read_topic_manifest(store, TOPIC, _topic_id(store))
+        assert manifest is not None and manifest.partitions == PARTITIONS
+
+        produce(new, 1000, 3)  # new records continue after the restored ones
+        for p in range(PARTITIONS):
+            got = read_partition(new.bootstrap, p, ends[p] + 3)
+            assert got[: ends[p]] == expected[p] and [r[0] for r in got[ends[p]:]] == [ends[p], ends[p] + 1,
+                                                                                        ends[p] + 2]
+            _, epoch = new.list_offsets(TOPIC, p, -1)
+            assert epoch >= 1  # above the restored records' epoch 0
+        new.broker.restart()
+        produce(new, 2000, 1)
+        for p in range(PARTITIONS):
+            wait_until("the restarted broker serves the partition",
+                       lambda p=p: new.list_offsets(TOPIC, p, -1)[0] == ends[p] + 4)
+            assert read_partition(new.bootstrap, p, ends[p])[: ends[p]] == expected[p]
+    finally:
+        new.stop()
+
+
+def _topic_id(store: LocalTieredStorage) -> str:
+    (name,) = {p.name for p in store.storage_dir.iterdir() if p.name.startswith(f"{TOPIC}-")}
+    return name[len(TOPIC) + 1:]
+
+
+def test_recovery_of_a_topic_the_bucket_does_not_hold_is_refused_naming_the_config(tmp_path: Path) -> None:
+    b = TieredBroker(tmp_path, **v2_broker_props(tmp_path / "keys")).start()
+    try:
+        error = create_recovered(b).exception(timeout=WAIT_S)
+        assert error is not None and "remote.recovery" in str(error) and "no topic manifest" in str(error)
+        assert TOPIC not in b.admin().list_topics(timeout=10).topics
+    finally:
+        b.stop()
