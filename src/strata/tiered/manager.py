@@ -40,6 +40,7 @@ from strata.common.metrics import (
     PartitionGauge,
     Registry,
     RemoteStorageMetrics,
+    TopicMeter,
     broker_topic_metrics,
     remote_storage_metrics,
 )
@@ -47,6 +48,7 @@ from strata.config.remote_log_config import RemoteLogManagerConfig
 from strata.errors import InvalidConfigError, OffsetOutOfRangeError
 from strata.log.checkpoints import epoch_entries_from_bytes
 from strata.log.partition_log import FetchIsolation, PartitionLog
+from strata.log.producer_state import encode_snapshot
 from strata.log.segment import TimestampAndOffset
 from strata.quota.remote import RLMQuotaManager, ThrottleTimeSensor
 from strata.tiered.api import (
@@ -82,6 +84,7 @@ from strata.tiered.lineage import (
     is_remote_segment_within_leader_epochs,
 )
 from strata.tiered.reader import RemoteFetchResult, RemoteLogReader
+from strata.tiered.scrubber import RemoteScrubber, ScrubberMetrics
 from strata.tiered.storage.manifests import TopicManifest
 
 log = logging.getLogger("strata.tiered")
@@ -141,6 +144,14 @@ class TieredStats:
         # Strata's own, beside Kafka's names: remote segments the reader found corrupt (not yet deleted).
         self.corrupt_segments = PartitionGauge(registry, f"{BROKER_TOPIC_METRICS}_RemoteLogCorruptSegments",
                                                "Remote segments found corrupt by the reader (CRC, offsets, size).")
+        # Strata's own: the background scrubber (tiered/scrubber.py) reading the led partitions' segments back
+        self.scrubber = ScrubberMetrics(
+            PartitionGauge(registry, f"{BROKER_TOPIC_METRICS}_RemoteLogScrubberFindings",
+                           "Damaged or missing remote objects the scrubber found (per partition, as last checked)."),
+            TopicMeter(registry, f"{BROKER_TOPIC_METRICS}_RemoteLogScrubberBytesPerSec",
+                       "Stored bytes the scrubber read back from remote storage."),
+            TopicMeter(registry, f"{BROKER_TOPIC_METRICS}_RemoteLogScrubberSegmentsPerSec",
+                       "Remote segments the scrubber checked."))
         self.registry = registry
         # KIP-956: Kafka's RLMQuotaMetrics sensors of the RemoteLogManager (kafka.server:type=RemoteLogManager)
         self.copy_throttle = ThrottleTimeSensor()
@@ -184,9 +195,12 @@ class TieredStats:
     def remove_partition(self, topic: str, partition: int) -> None:
         self.topics.remove_partition(topic, partition)
         self.corrupt_segments.remove(topic, partition)
+        self.scrubber.findings.remove(topic, partition)
 
 
 class RemoteLogManager:
+    scrubber: RemoteScrubber | None = None  # started by start() unless remote.log.scrubber.bytes.per.second=0
+
     def __init__(self, config: RemoteLogManagerConfig, *, broker_id: int, log_dir: Path, cluster_id: str,
                  clock: Clock, log_for: Callable[[TopicPartition], PartitionLog | None],
                  on_log_start_changed: Callable[[], None] = lambda: None, stats: TieredStats | None = None,
@@ -259,9 +273,12 @@ class RemoteLogManager:
         read_ahead = self.reader.read_ahead
         if read_ahead is not None:
             self.stats.remote.RemoteLogReaderPrefetchBytes.set_function(lambda: read_ahead.bytes)
+        self._start_scrubber()
 
     async def close(self) -> None:
         self._closed = True
+        if self.scrubber is not None:
+            await self.scrubber.close()
         tasks = [t for st in (*self._partitions.values(), *self._followers.values()) for t in st.tasks] + \
             list(self._background)
         for task in tasks:
@@ -647,12 +664,12 @@ class RemoteLogManager:
 
     async def _restore_leader_log(self, st: PartitionTierState) -> None:
         """``remote.recovery``: start this leader's empty log where its remote tier ends, as a follower below
-        its leader's local log start does (Kafka's ``buildRemoteLogAuxState``): the leader-epoch history and
-        producer state from the last remote segment, the log start at the first one, the high watermark at the
-        end (every restored record was committed). A partition the bucket held nothing of starts at 0."""
+        its leader's local log start does (Kafka's ``buildRemoteLogAuxState``): the leader-epoch history from the
+        last remote segment, the log start at the first one, the high watermark at the end (every restored record
+        was committed). A partition the bucket held nothing of starts at 0."""
         tip = st.tip
 
-        def read() -> tuple[int, int, list[tuple[int, int]], bytes, int, int] | None:
+        def read() -> tuple[int, int, list[tuple[int, int]], int, int] | None:
             sync = getattr(self.rlmm, "sync", None)
             if sync is not None:
                 sync(tip)
@@ -662,19 +679,19 @@ class RemoteLogManager:
             last = max(segments, key=lambda md: md.end_offset)
             with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
                 epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {last.remote_log_segment_id}")
-            with self.rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT) as f:
-                snapshot = f.read()
             highest = max(e for md in segments for e in md.segment_leader_epochs)
             return (last.end_offset + 1, min(md.start_offset for md in segments),
-                    [(e.epoch, e.start_offset) for e in epochs], snapshot, highest, len(segments))
+                    [(e.epoch, e.start_offset) for e in epochs], highest, len(segments))
 
         plog = self._log_for(st.tp)
         found = await self._run(self._follower, read)
         if plog is None or self._log_for(st.tp) is not plog or self._partitions.get(st.tp) is not st:
             return
         if found is not None and plog.log_end_offset == 0:
-            next_offset, log_start, epochs, snapshot, highest_epoch, count = found
-            plog.restore_from_remote_tier(next_offset, log_start, epochs, snapshot)
+            next_offset, log_start, epochs, highest_epoch, count = found
+            # no producer state: the restored producers belong to a cluster that is gone, and this cluster hands
+            # out producer ids from 0 again (a restored id's sequence would refuse a new producer's first batch)
+            plog.restore_from_remote_tier(next_offset, log_start, epochs, encode_snapshot(()))
             self.on_log_restored(st.tp, highest_epoch)
             log.info("%s: restored from remote storage: offsets %d..%d in %d segments; the local log starts at %d",
                      st.tp, log_start, next_offset - 1, count, next_offset)
@@ -1046,6 +1063,37 @@ class RemoteLogManager:
             return reader.find_max_timestamp(tip, start, local_start, local_max_timestamp, segment_filter=in_lineage)
 
         return self._submit_read(run)
+
+    # -- the scrubber --------------------------------------------------------------------------
+
+    def _start_scrubber(self) -> None:
+        """The background scrubber (``remote.log.scrubber.*``, tiered/scrubber.py): it re-reads the remote segments
+        of the partitions this broker leads, so damage in the store is found before a fetch needs the data."""
+        if self.scrubber is not None or self._closed or self.config.scrubber_bytes_per_second <= 0:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # built outside the broker's loop (a tool, a test): nothing runs in the background
+            return
+
+        def targets() -> list[TopicIdPartition]:
+            return [st.tip for st in self._partitions.values()
+                    if self.rlmm.is_ready(st.tip) and self.leadership_confirmed(st.tp)]
+
+        def leading(tip: TopicIdPartition) -> bool:
+            st = self._partitions.get(TopicPartition(tip.topic, tip.partition))
+            return st is not None and st.tip == tip and not self._closed
+
+        self.scrubber = RemoteScrubber(self.rsm, self.rlmm, targets=targets, leading=leading,
+                                       metrics=self.stats.scrubber,
+                                       bytes_per_second=self.config.scrubber_bytes_per_second,
+                                       interval_ms=self.config.scrubber_interval_ms, clock_ms=self._clock.milliseconds)
+        self.scrubber.start()
+
+    def scrub_state(self, tp: TopicPartition) -> dict[str, Any] | None:
+        """The scrubber's view of a led partition for ``/v1/tiers`` (None: off, or not scrubbed here yet)."""
+        state = self.scrubber.state(tp) if self.scrubber is not None else None
+        return state.to_json() if state is not None else None
 
     # -- state for tools -----------------------------------------------------------------------
 

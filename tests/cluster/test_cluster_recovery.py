@@ -1,0 +1,105 @@
+"""A cluster restored from its bucket (issue 29, part 4): three brokers with a tiered, replicated topic are destroyed
+(processes killed, every disk and the ZooKeeper data deleted); a new three-broker cluster on a fresh ZooKeeper
+chroot and the same bucket creates the topic with ``remote.recovery=true`` and serves every tiered record again
+with its offset, value and timestamp. The restored partitions then work as any: new records go after the restored
+ones, the followers join the ISR holding only the local tail, and after the leader is killed the new leader (a
+replica that never held the restored data) serves all of it from the bucket."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import NewTopic
+from kazoo.client import KazooClient
+from tests.broker.kafka_wire import WireClient
+from tests.cluster.harness import Cluster, running_cluster, wait_until
+from tests.cluster.tiered_harness import produce, tiered_props, tiered_topic_config
+from tests.support.keys import v2_broker_props
+
+TOPIC = "orders"
+PARTITIONS = 3
+RECORDS = 500  # per partition: ~8 segments of 64 KiB each
+
+Record = tuple[int, bytes, int]  # offset, value, timestamp
+
+
+def read(bootstrap: str, partition: int, end: int, timeout_s: float = 60) -> list[Record]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 4 * 1024 * 1024})
+    out: list[Record] = []
+    try:
+        c.assign([CkTopicPartition(TOPIC, partition, 0)])
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append((msg.offset(), msg.value(), msg.timestamp()[1]))
+    finally:
+        c.close()
+    return [r for r in out if r[0] < end]
+
+
+def offset(cluster: Cluster, partition: int, spec: int) -> int:
+    """ListOffsets ``spec`` (-1 latest, -2 earliest, -5 latest tiered) from the partition's leader; -1 on errors."""
+    leader = cluster.leader_of(TOPIC, partition)
+    if leader < 0:
+        return -1
+    try:
+        with WireClient(cluster.brokers[leader].bootstrap) as w:
+            r = w.call(2, 9, replica_id=-1, isolation_level=0, topics=[{"name": TOPIC, "partitions": [
+                {"partition_index": partition, "current_leader_epoch": -1, "timestamp": spec}]}])
+    except OSError:
+        return -1
+    p = r.topics[0].partitions[0]
+    return int(p.offset) if p.error_code == 0 else -1
+
+
+def test_a_destroyed_cluster_is_restored_from_its_bucket(zk_connect: str, tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    props = {**tiered_props(bucket), **v2_broker_props(tmp_path / "keys"), "rsm.config.chain.checkpoint.interval": "4"}
+    with running_cluster(zk_connect, tmp_path / "old", 3, props) as old:
+        old.admin().create_topics([NewTopic(TOPIC, PARTITIONS, 3, config=tiered_topic_config(
+            **{"max.message.bytes": "200000"}))])[TOPIC].result(30)
+        old.wait_full_isr(TOPIC)
+        for p in range(PARTITIONS):
+            produce(old.bootstrap, TOPIC, 0, RECORDS, partition=p)
+        for p in range(PARTITIONS):
+            wait_until(lambda p=p: offset(old, p, -5) >= RECORDS // 2, 60, f"{TOPIC}-{p} mostly tiered")
+        expected = {p: read(old.bootstrap, p, RECORDS) for p in range(PARTITIONS)}
+        assert all(len(v) == RECORDS for v in expected.values())
+    # destroyed: every broker killed (above), every disk and the ZooKeeper data gone; the bucket stays
+    shutil.rmtree(tmp_path / "old")
+    fresh = f"{zk_connect}-restored"
+    try:
+        with running_cluster(fresh, tmp_path / "new", 3, props, verbose=True) as new:
+            new.admin().create_topics([NewTopic(TOPIC, -1, -1, config={"remote.recovery": "true"})])[TOPIC].result(60)
+            meta = new.metadata(TOPIC)
+            assert len(meta.partitions) == PARTITIONS and all(len(p.replicas) == 3 for p in meta.partitions.values())
+            ends = {}
+            for p in range(PARTITIONS):
+                ends[p] = wait_until(lambda p=p: (e := offset(new, p, -1)) >= RECORDS // 2 and e, 60,
+                                     f"{TOPIC}-{p} restored")
+                assert offset(new, p, -2) == 0
+                assert read(new.bootstrap, p, ends[p]) == expected[p][: ends[p]]  # offsets, values, timestamps
+            new.wait_full_isr(TOPIC, 60)  # followers built their state from the bucket, as KIP-405 followers do
+            produce(new.bootstrap, TOPIC, 100_000, 10, partition=0)
+            assert offset(new, 0, -1) == ends[0] + 10
+            victim = new.leader_of(TOPIC, 0)
+            new.brokers[victim].kill()
+            wait_until(lambda: new.leader_of(TOPIC, 0) not in (-1, victim), 30, "a new leader of partition 0")
+            got = read(new.bootstrap, 0, ends[0] + 10)
+            assert got[: ends[0]] == expected[0][: ends[0]] and [r[0] for r in got[ends[0]:]] == \
+                list(range(ends[0], ends[0] + 10))
+    finally:
+        zk = KazooClient(hosts=fresh.split("/", 1)[0])
+        zk.start(timeout=10)
+        try:
+            zk.delete("/" + fresh.split("/", 1)[1], recursive=True)
+        finally:
+            zk.stop()
+            zk.close()
