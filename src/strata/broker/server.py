@@ -42,6 +42,7 @@ from strata.broker.leader_producer import LeaderProducer
 from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
+from strata.broker.recovery.offsets_upload import ConsumerOffsetsUploader
 from strata.broker.recovery.service import TopicRecoveryService
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.replication_config import ReplicationConfig
@@ -370,6 +371,8 @@ class Broker:
             "remote_segments": remote_segments, "remote_bytes": remote_bytes,
             "copy_lag_segments": lag_segments, "copy_lag_bytes": lag_bytes,
             "last_copy_error": st.last_copy_error if st is not None else None,
+            # the background scrubber's findings in this partition's remote segments (None: not scrubbed here)
+            "scrub": rlm.scrub_state(tp) if rlm is not None and st is not None else None,
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -410,6 +413,7 @@ class Broker:
         if self.config.remote.enabled:
             self._start_tiering()
             await self._start_diskless()
+            self._start_offsets_upload()
         self._start_listeners()
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._periodic(self.config.log_retention_check_interval_ms,
@@ -597,6 +601,22 @@ class Broker:
             return info is not None and info.topic_id == tip.topic_id and tip.partition < info.partitions
 
         rlm.sweep_orphans(is_live)
+
+    def _start_offsets_upload(self) -> None:
+        """``offsets.remote.upload.interval.ms``: a copy of the committed offsets in the remote store."""
+        interval = self.config.offsets_remote_upload_interval_ms
+        rlm = self.remote_log_manager
+        if not interval or rlm is None or self.groups is None:
+            return
+        if not isinstance(rlm.rsm, ObjectStore):
+            log.warning("offsets.remote.upload.interval.ms is set, but the remote storage manager %s stores no "
+                        "plain objects: committed offsets are not copied", type(rlm.rsm).__name__)
+            return
+        uploader = ConsumerOffsetsUploader(rlm.rsm, self.groups.committed_offsets, interval, self.node_id,
+                                           self.clock.milliseconds)
+        uploader.start()
+        assert uploader.task is not None
+        self._background.append(uploader.task)
 
     def _on_log_restored(self, tp: TopicPartition, highest_epoch: int) -> None:
         """remote.recovery: a leader's log now starts after the restored records, whose batches carry leader

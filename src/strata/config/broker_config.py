@@ -88,6 +88,9 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("offsets.topic.segment.bytes", "int", 104_857_600, at_least(1), ""),
     ConfigKey("offsets.retention.minutes", "int", 7 * 24 * 60, at_least(1), ""),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600_000, at_least(1), ""),
+    ConfigKey("offsets.remote.upload.interval.ms", "long", 0, at_least(0),
+              "Strata: how often the group coordinators copy their groups' committed offsets to the remote store, "
+              "for `strata bucket restore` to bring them back with the topics (issue 29); 0 (the default): never"),
     ConfigKey("producer.id.expiration.ms", "int", 86_400_000, at_least(1),
               "A producer id idle this long (no open transaction) is forgotten by each partition (dynamic)"),
     ConfigKey("producer.id.expiration.check.interval.ms", "int", 600_000, at_least(1),
@@ -168,6 +171,7 @@ class BrokerConfig:
     offsets_topic_num_partitions: int
     offsets_topic_segment_bytes: int
     offsets_retention_ms: int
+    offsets_remote_upload_interval_ms: int
     producer_id_expiration_ms: int
     producer_id_expiration_check_interval_ms: int
     log_initial_task_delay_ms: int
@@ -231,6 +235,7 @@ class BrokerConfig:
             offsets_topic_num_partitions=p["offsets.topic.num.partitions"],
             offsets_topic_segment_bytes=p["offsets.topic.segment.bytes"],
             offsets_retention_ms=p["offsets.retention.minutes"] * 60_000,
+            offsets_remote_upload_interval_ms=p["offsets.remote.upload.interval.ms"],
             producer_id_expiration_ms=p["producer.id.expiration.ms"],
             producer_id_expiration_check_interval_ms=p["producer.id.expiration.check.interval.ms"],
             log_initial_task_delay_ms=p["log.initial.task.delay.ms"],

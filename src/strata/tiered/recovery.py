@@ -16,6 +16,7 @@ epoch swallow the old ones.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import uuid
@@ -171,3 +172,47 @@ def publish(rlmm: RemoteLogMetadataManager, segments: Iterable[RemoteLogSegmentM
             md.remote_log_segment_id, now_ms, V2_MARKER, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, broker_id))
         n += 1
     return n
+
+
+# -- committed offsets of consumer groups (offsets.remote.upload.interval.ms) ----------------------------------
+
+OFFSETS_PREFIX = "consumer-offsets/"
+OFFSETS_FORMAT = "strata.consumer-offsets"
+GroupOffsets = dict[str, dict[tuple[str, int], tuple[int, str]]]  # group -> (topic, partition) -> (offset, metadata)
+
+
+def offsets_key(partition: int) -> str:
+    """``consumer-offsets/{partition:05d}.json``: one object per ``__consumer_offsets`` partition."""
+    return f"{OFFSETS_PREFIX}{partition:05d}.json"
+
+
+def encode_offsets(partition: int, groups: GroupOffsets, broker_id: int, timestamp_ms: int) -> bytes:
+    return json.dumps({
+        "format": OFFSETS_FORMAT, "version": 1, "partition": partition, "broker_id": broker_id,
+        "timestamp_ms": timestamp_ms,
+        "groups": {g: [{"topic": t, "partition": p, "offset": o, "metadata": m}
+                       for (t, p), (o, m) in sorted(offsets.items())] for g, offsets in sorted(groups.items())},
+    }, separators=(",", ":")).encode()
+
+
+def read_offsets(store: ObjectStore) -> tuple[GroupOffsets, list[str]]:
+    """Every uploaded group's committed offsets (a group found in two objects, as when its coordinator moved
+    between uploads: the later upload's), and what could not be read."""
+    latest: dict[str, tuple[int, dict[tuple[str, int], tuple[int, str]]]] = {}
+    problems: list[str] = []
+    for info in store.list_objects(OFFSETS_PREFIX):
+        try:
+            d = json.loads(bytes(store.get_object_range(info.key, 0, 1 << 30)))
+            if d.get("format") != OFFSETS_FORMAT or d.get("version") != 1:
+                raise ValueError("not a consumer offsets object of version 1")
+            ts = int(d["timestamp_ms"])
+            for group, entries in d["groups"].items():
+                if group not in latest or latest[group][0] < ts:
+                    latest[group] = (ts, {(str(e["topic"]), int(e["partition"])): (int(e["offset"]),
+                                                                                  str(e.get("metadata") or ""))
+                                          for e in entries})
+        except RemoteResourceNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            problems.append(f"{info.key}: {e}")
+    return {g: offsets for g, (_ts, offsets) in latest.items()}, problems

@@ -7,6 +7,9 @@ atomic in both stores). The data objects are not touched, so a bucket of any siz
 brokers reading meanwhile are not disturbed (the data key itself does not change). Once every manifest is under
 the new key pair, the old one can leave ``encryption.key.pairs``.
 
+``restore``: re-create every topic of the store on a cluster (``remote.recovery=true``) and commit the groups'
+offsets copied to the store; see :mod:`strata.tools.bucket_restore`.
+
 ``verify`` (with ``--repair``): check every segment of the store against its format (and, with
 ``--bootstrap-server``, against the cluster's ``__remote_log_metadata``); see :mod:`strata.tools.bucket_verify`.
 """
@@ -33,6 +36,7 @@ from strata.tiered.api import (
     TopicIdPartition,
     load_class,
 )
+from strata.tiered.recovery import OFFSETS_PREFIX
 from strata.tiered.storage.common import LOG_SUFFIX, MANIFEST_SUFFIX
 from strata.tiered.storage.envelope import DecryptionError
 from strata.tiered.storage.object_format import CorruptObjectError, ObjectFormat, SegmentManifest
@@ -67,7 +71,29 @@ def add_bucket_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser
     rewrap.add_argument("--dry-run", action="store_true", help="count what would be rewrapped, write nothing")
     rewrap.set_defaults(func=_cmd_rewrap, command_parser=rewrap)
     _add_verify_parser(commands, parents)
+    _add_restore_parser(commands, parents)
     return p
+
+
+def _add_restore_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    restore = commands.add_parser(
+        "restore", parents=list(parents), help="re-create every topic of the remote store on a cluster",
+        description="Create each topic the remote store describes (its topic manifest) on the cluster with "
+                    "remote.recovery=true: its id, partitions, configs and every tiered record come back. Then "
+                    "commit the consumer groups' offsets copied to the store (offsets.remote.upload.interval.ms). "
+                    "Topics restored before are skipped, so the command can be run again.")
+    restore.add_argument("--config", required=True, metavar="FILE",
+                         help="a broker's properties file (the remote store holding the topics)")
+    restore.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the cluster to restore to")
+    restore.add_argument("--command-config", metavar="FILE", default=None,
+                         help="client properties for a secured listener (security.protocol, sasl.*, ssl.*)")
+    restore.add_argument("--topic", action="append", default=[], metavar="NAME",
+                         help="restore only this topic (repeatable; default: every topic of the store)")
+    restore.add_argument("--replication-factor", type=_positive_int, default=None, metavar="N",
+                         help="replication factor of the restored topics (default: the topic manifest's, at most "
+                              "the cluster's brokers)")
+    restore.add_argument("--dry-run", action="store_true", help="say what would be restored, change nothing")
+    restore.set_defaults(func=_cmd_restore, command_parser=restore)
 
 
 def _add_verify_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -214,7 +240,7 @@ def _cmd_verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     """``strata bucket verify``: 0 healthy (or every finding repaired), 1 with findings or when it cannot run."""
     try:
         options = VerifyOptions(sample=args.sample, seed=args.seed, grace_period_ms=args.grace_period_ms,
-                                repair=args.repair, skip_prefixes=diskless_prefixes(args.config),
+                                repair=args.repair, skip_prefixes=(*diskless_prefixes(args.config), OFFSETS_PREFIX),
                                 parallelism=args.parallelism)
         rsm, fmt = open_store(args.config)
     except BucketError as e:
@@ -247,3 +273,34 @@ def _cmd_verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         rsm.close()
     print_report(report, sys.stdout, as_json=args.json)
     return 1 if report.unrepaired else 0
+
+
+def _cmd_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``strata bucket restore``: 0 when every topic (and group) was restored or was already, 1 otherwise."""
+    from strata.tools.admin import KafkaAdmin
+    from strata.tools.bucket_restore import restore
+    from strata.tools.kafka_cli import command_config_security
+
+    try:
+        security = command_config_security(args, BucketError)
+        rsm, _fmt = open_store(args.config)
+    except BucketError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        with KafkaAdmin(args.bootstrap_server, client_id="strata-bucket-restore", security=security) as admin:
+            report = restore(rsm, admin, topics=args.topic,  # type: ignore[arg-type]
+                             replication_factor=args.replication_factor or -1, dry_run=args.dry_run)
+    except (RemoteStorageError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - the cluster unreachable or refusing: one line, exit 1
+        print(f"error: {args.bootstrap_server}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        rsm.close()
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    print(f"{len(report.restored)} topics restored, {len(report.skipped)} restored before, "
+          f"{len(report.groups)} groups' offsets committed, {len(report.problems)} problems")
+    return 1 if report.problems else 0

@@ -343,7 +343,7 @@ class VerifyReport:
                  f"{self.objects} objects, {_mb(self.bytes_read)} read in {self.elapsed_s:.1f} s "
                  f"({self.mb_per_s:.1f} MB/s)"]
         if self.skipped:
-            parts.append(f"{self.skipped} diskless objects skipped")
+            parts.append(f"{self.skipped} objects not of segments skipped (diskless, committed offsets)")
         if self.in_flight:
             parts.append(f"{self.in_flight} copies in progress skipped")
         if self.being_deleted:

@@ -130,7 +130,7 @@ def test_a_healthy_bucket_of_v1_and_v2_segments_has_no_findings(
             if p.name.rsplit(".", 1)[0] in v2_stems or p.suffix == ".log" or p.name == "topic-manifest.json"]
     assert report.bytes_read == sum(p.stat().st_size for p in read)
     assert "5 segments checked (3 v2, 2 v1; every byte)" in report.summary_line()
-    assert "no findings" in report.summary_line() and "2 diskless objects skipped" in report.summary_line()
+    assert "no findings" in report.summary_line() and "2 objects not of segments skipped" in report.summary_line()
 
 
 def test_a_store_without_keys_still_hashes_encrypted_segments_and_says_it_could_not_decode(

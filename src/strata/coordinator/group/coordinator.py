@@ -255,6 +255,21 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.partitions)
 
+    def committed_offsets(self) -> dict[int, dict[str, dict[tuple[str, int], tuple[int, str]]]]:
+        """The committed offsets of the groups this broker coordinates, by ``__consumer_offsets`` partition:
+        partition -> group -> (topic, partition) -> (offset, metadata). For the copy in the remote store
+        (``offsets.remote.upload.interval.ms``); a partition led here with no offsets is listed, empty."""
+        manager = self.manager
+        if manager is None:
+            return {}
+        out: dict[int, dict[str, dict[tuple[str, int], tuple[int, str]]]] = \
+            {p: {} for p in (self.loaded if self.clustered else range(self.partitions))}
+        for group_id, offsets in list(manager.offsets.items()):
+            if offsets and self.owns(group_id):
+                out.setdefault(self.partition_for(group_id), {})[group_id] = {
+                    tp: (o.offset, o.metadata) for tp, o in offsets.items()}
+        return out
+
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         """A COMMIT (``commit``) or ABORT marker of ``producer_id`` was just appended to
         ``__consumer_offsets-partition`` here: make the producer's pending offsets of that partition's
