@@ -75,6 +75,11 @@ REMOTE_LOG_KEYS = [
     ConfigKey("remote.log.reader.corrupt.segment.action", "string", "fail", one_of("fail", "skip"),
               "A remote segment whose batches fail validation: `fail` answers CORRUPT_MESSAGE for its offsets, "
               "`skip` serves from the next segment (an offset gap: data loss by choice)"),
+    ConfigKey("remote.log.scrubber.bytes.per.second", "long", 10 * 1024**2, at_least(0),
+              "Strata: bytes per second the background scrubber reads back from remote storage to check the "
+              "segments of the partitions this broker leads (hashes, chunks, record batches); 0 disables it"),
+    ConfigKey("remote.log.scrubber.interval.ms", "long", 3_600_000, at_least(1),
+              "Strata: wait after a full scrubber pass over the led partitions' remote segments before the next"),
     ConfigKey("remote.log.cleaner.max.rewrite.bytes.per.pass", "long", 1024**3, at_least(1),
               "Compacted tiered topics (Strata, KIP-1272): bytes of remote segments one cleaning of a partition "
               "uploads again at most; the next cleaning goes on where it stopped"),
@@ -121,6 +126,9 @@ class RemoteLogManagerConfig:
     fetch_max_bytes_per_second: int = MAX_LONG
     fetch_quota_window_num: int = 11
     fetch_quota_window_size_seconds: int = 1
+    # the background scrubber (strata.tiered.scrubber): read rate (0: off) and the wait between passes
+    scrubber_bytes_per_second: int = 10 * 1024**2
+    scrubber_interval_ms: int = 3_600_000
 
     @classmethod
     def from_parsed(cls, p: Mapping[str, Any], raw: Mapping[str, object]) -> RemoteLogManagerConfig:
@@ -158,6 +166,8 @@ class RemoteLogManagerConfig:
             fetch_max_bytes_per_second=p["remote.log.manager.fetch.max.bytes.per.second"],
             fetch_quota_window_num=p["remote.log.manager.fetch.quota.window.num"],
             fetch_quota_window_size_seconds=p["remote.log.manager.fetch.quota.window.size.seconds"],
+            scrubber_bytes_per_second=p["remote.log.scrubber.bytes.per.second"],
+            scrubber_interval_ms=p["remote.log.scrubber.interval.ms"],
         )
 
     def rsm_configs(self, broker_id: int, first_log_dir: Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ is derived from -5 and -2. The byte and segment columns come from the leader's a
 endpoint when it has one: for each leader broker the tool asks DescribeConfigs on its BROKER
 resource for ``metrics.port`` / ``metrics.host`` (the port it actually bound) and, when the port
 is set, reads ``GET /v1/tiers`` and keeps the rows of the partitions that broker leads (also their
-local segment count and last copy error). Without an endpoint (``metrics.port`` -1, or
+local segment count, last copy error and the scrubber's findings). Without an endpoint (``metrics.port`` -1, or
 ``--no-http``) those columns show ``-``. The HTTP endpoint is optional: when it is advertised but
 cannot be read, a line on stderr says so and the rest of the table is still printed (exit 0).
 
@@ -32,10 +32,10 @@ each followed by one line per replica, in Metadata's replica order::
       replica 2 (follower, in ISR): local log start 41200, 3.1 MiB local
 
 then a line per tiered topic with its local retention, and warnings (no leader, a leader that
-could not say where its tiers are, a failed copy). A broker of the Metadata that cannot be reached
-over the Kafka port is named on stderr, its partitions and replicas show ``-`` / ``?`` and the exit
-code is 1. ``--json`` prints the same data: ``brokers``, ``topics`` and ``partitions``, each
-partition with ``replica_states``.
+could not say where its tiers are, a failed copy, damage the leader's scrubber found in the partition's
+remote segments). A broker of the Metadata that cannot be reached over the Kafka port is named on
+stderr, its partitions and replicas show ``-`` / ``?`` and the exit code is 1. ``--json`` prints the
+same data: ``brokers``, ``topics`` and ``partitions``, each partition with ``replica_states``.
 
 This module is imported when the CLI parser is built, so it imports kio (through
 :mod:`strata.client.wire`) only when the command runs.
@@ -69,7 +69,7 @@ TOPIC_CONFIG_KEYS = ("remote.storage.enable", "local.retention.bytes", "local.re
                      "retention.ms", "diskless.enable")
 HTTP_ONLY_KEYS = ("topic_id", "log_end_offset", "local_segments", "remote_segments", "remote_bytes",
                   "copy_lag_segments", "copy_lag_bytes", "last_copy_error", "diskless", "wal_bytes",
-                  "wal_start_offset", "consolidated_offset")
+                  "wal_start_offset", "consolidated_offset", "scrub")
 
 COLUMNS = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOCAL-START", "REMOTE-END", "END",
            "LOCAL-SEGS", "LOCAL-BYTES", "REMOTE-OFFSETS", "REMOTE-SEGS", "REMOTE-BYTES", "COPY-LAG")
@@ -569,7 +569,7 @@ def format_diskless(p: Mapping[str, Any]) -> str:
 def format_table(payload: Mapping[str, Any]) -> str:
     """The table ``strata tiers`` prints: a row per partition followed by a line per replica, a line per
     tiered topic, then a warning line per partition without a leader (or whose leader could not be read)
-    and per partition whose last copy failed.
+    and per partition whose last copy failed or whose remote segments the leader's scrubber found damaged.
 
     Columns for remote storage show ``-`` on partitions without ``remote.storage.enable``; an
     offset of -1 (nothing uploaded yet) shows ``-`` too; a partition without tier state (no
@@ -605,4 +605,20 @@ def format_table(payload: Mapping[str, Any]) -> str:
         error = p.get("last_copy_error")
         if error:
             lines.append(f"WARNING: {name}: last copy to remote storage failed: {error}")
+        if (scrub := format_scrub(p.get("scrub"))) is not None:
+            lines.append(f"WARNING: {name}: {scrub}")
     return "\n".join(lines) + "\n"
+
+
+def format_scrub(scrub: Any) -> str | None:
+    """The leader's scrubber findings in a partition's remote segments, as one line (None: none found)."""
+    if not isinstance(scrub, Mapping) or not scrub.get("findings"):
+        return None
+    n = int(scrub["findings"])
+    text = f"the remote log scrubber found {n} damaged or missing object{'s' if n != 1 else ''} in remote storage"
+    problems = scrub.get("problems") or []
+    if problems and isinstance(problems[0], Mapping):
+        first = problems[0]
+        text += (f"; first: segment {first.get('segment_id')} (offsets {first.get('start_offset')}-"
+                 f"{first.get('end_offset')}): {first.get('kind')} {first.get('key')}: {first.get('detail')}")
+    return text + " (the leader's log has one WARNING per finding)"
