@@ -43,7 +43,7 @@ from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.recovery.offsets_upload import ConsumerOffsetsUploader
-from strata.broker.recovery.service import TopicRecoveryService
+from strata.broker.recovery.service import TopicRecoveryService, is_read_replica
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.replication_config import ReplicationConfig
 from strata.broker.throttling import Throttler
@@ -77,6 +77,11 @@ from strata.tiered.api import ObjectStore, RemoteStorageError, TopicIdPartition
 from strata.tiered.manager import RemoteAuxState, RemoteLogManager, TieredStats, copy_lag
 
 log = logging.getLogger("strata.broker")
+
+
+def owns_remote_data(info: TopicInfo) -> bool:
+    """Whether deleting the topic deletes its remote data: not a read replica's (the origin's bucket)."""
+    return not is_read_replica(info.configs)
 lifecycle = logging.getLogger("strata.lifecycle")  # startup/shutdown lines, shown at the default level
 
 META_PROPERTIES = "meta.properties"
@@ -244,7 +249,7 @@ class Broker:
         info = self.topics.delete(name)
         if self.remote_log_manager is not None:  # the last leader deletes the remote data (Kafka)
             self.remote_log_manager.stop_partitions(
-                [TopicPartition(name, p) for p in range(info.partitions)], delete_remote=True,
+                [TopicPartition(name, p) for p in range(info.partitions)], delete_remote=owns_remote_data(info),
                 topic_id=info.topic_id)
         self.replicas.close_topic(info)
         if self.groups is not None:
@@ -504,10 +509,10 @@ class Broker:
         rlm = self.remote_log_manager
         if rlm is not None:
             tps = [TopicPartition(info.name, p) for p in range(info.partitions)]
-            owned = [tp for tp in tps if tp.partition in remote_owner]
+            owned = [tp for tp in tps if tp.partition in remote_owner and owns_remote_data(info)]
             if owned:
                 rlm.stop_partitions(owned, delete_remote=True, topic_id=info.topic_id)
-            others = [tp for tp in tps if tp.partition not in remote_owner]
+            others = [tp for tp in tps if tp not in owned]
             if others:
                 rlm.stop_partitions(others, delete_remote=False, topic_id=info.topic_id)
         if self.groups is not None:
@@ -630,7 +635,7 @@ class Broker:
         elif self.cluster is None:
             self.replicas.become_leader_or_follower(
                 tp, part.topic_id, PartitionState(self.node_id, highest_epoch + 1, (self.node_id,), (self.node_id,)))
-        else:
+        elif not part.log.config.remote_read_replica:  # (a read replica's origin may elect past its epoch)
             log.warning("%s: the restored records carry leader epochs up to %d but the partition leads in epoch %d "
                         "(not created through remote.recovery?): new records may be hard to tell from them by epoch",
                         tp, highest_epoch, part.leader_epoch)

@@ -65,6 +65,9 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("remote.recovery", "bool", False, None,
               "Create the topic from the remote store's manifests (issue 29): its id, partitions, configs and "
               "every tiered record come back; only meaningful at creation"),
+    ConfigKey("remote.read.replica", "bool", False, None,
+              "A read-only mirror of a topic another cluster writes to the same remote store (issue 29): set at "
+              "creation; it follows the origin's uploads and refuses produce"),
     ConfigKey("remote.log.delete.on.disable", "bool", False, None, "Delete remote data when tiering is disabled"),
     ConfigKey("file.delete.delay.ms", "long", 60_000, at_least(0), "Delay before .deleted files are removed"),
     ConfigKey("max.message.bytes", "int", 1_048_588, at_least(0), "Largest record batch accepted"),
@@ -162,6 +165,7 @@ class LogConfig:
     diskless_enable: bool = False
     remote_log_copy_disable: bool = False
     remote_recovery: bool = False
+    remote_read_replica: bool = False
     remote_log_delete_on_disable: bool = False
     file_delete_delay_ms: int = 60_000
     max_message_bytes: int = 1_048_588
@@ -230,6 +234,9 @@ class LogConfig:
         Enabling tiering later re-validates the merged config, so the rules hold whenever they matter.
         Unlike Kafka, a compacted topic may be tiered (KIP-1272): the log cleaner cleans both tiers.
         """
+        if self.remote_read_replica and not self.remote_storage_enable:
+            raise InvalidConfigError("remote.read.replica=true needs remote.storage.enable=true (a read replica's "
+                                     "records are only in the remote store): remote.storage.enable")
         if not self.remote_storage_enable:
             return
         self.validate_remote_storage_retention()

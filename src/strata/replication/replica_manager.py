@@ -247,6 +247,10 @@ class ReplicaManager:
         if part.fenced:  # acks=1 too: a write the new leader never sees is lost; send the client there
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"Broker {self.node_id} lost its ZooKeeper session: its leadership of {tp} is not confirmed")
+        if part.log.config.remote_read_replica:
+            raise ApiError(ErrorCode.POLICY_VIOLATION,
+                           f"{tp.topic} is a read replica (remote.read.replica=true): it mirrors the topic another "
+                           "cluster writes to the remote store; produce to that cluster")
         if part.log.remote_restore_pending:  # (retriable: the client waits and sends again)
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"{tp} is being restored from remote storage (remote.recovery); its leader accepts "

@@ -55,6 +55,7 @@ from strata.tiered.api import (
     RLMM_ALIASES,
     RSM_ALIASES,
     IndexType,
+    ObjectStore,
     RemoteLogMetadataManager,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -84,8 +85,9 @@ from strata.tiered.lineage import (
     is_remote_segment_within_leader_epochs,
 )
 from strata.tiered.reader import RemoteFetchResult, RemoteLogReader
+from strata.tiered.recovery import chained_segment_metadata, publish
 from strata.tiered.scrubber import RemoteScrubber, ScrubberMetrics
-from strata.tiered.storage.manifests import TopicManifest
+from strata.tiered.storage.manifests import ChainView, TopicManifest, read_chain
 
 log = logging.getLogger("strata.tiered")
 
@@ -132,6 +134,8 @@ class PartitionTierState:
     being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     restoring: bool = False  # remote.recovery: the leader's empty log is to start where the remote tier ends
+    read_replica: bool = False  # remote.read.replica: follows the bucket's chain instead of uploading
+    chain: ChainView | None = None  # (read replica) the partition's chain as last read
 
 
 class TieredStats:
@@ -334,7 +338,9 @@ class RemoteLogManager:
                 continue
             self._stop_following(tp)
             new[tp] = st = PartitionTierState(tp, TopicIdPartition(topic_id, tp.topic, tp.partition))
-            if plog.config.remote_recovery and plog.log_end_offset == 0 and plog.log_start_offset == 0:
+            if plog.config.remote_read_replica:
+                st.read_replica = True  # (appends are refused by the replica manager: the origin writes)
+            elif plog.config.remote_recovery and plog.log_end_offset == 0 and plog.log_start_offset == 0:
                 # a restored topic's leader with nothing local yet: no append until its log starts after the
                 # remote tier (else new records would take offsets the bucket's records hold)
                 st.restoring = plog.remote_restore_pending = True
@@ -344,7 +350,8 @@ class RemoteLogManager:
         loop = asyncio.get_running_loop()
         for tp, st in new.items():
             self._partitions[tp] = st
-            self._attach_compaction(st, loop)
+            if not st.read_replica:  # (a read replica's segments are its origin's: never rewritten here)
+                self._attach_compaction(st, loop)
             st.tasks.append(loop.create_task(self._copy_loop(st), name=f"rlm-copy-{tp}"))
             st.tasks.append(loop.create_task(self._expiration_loop(st), name=f"rlm-expire-{tp}"))
             st.tasks.append(loop.create_task(self._lag_loop(st), name=f"rlm-lag-{tp}"))
@@ -596,9 +603,12 @@ class RemoteLogManager:
             delay_ms = self.config.task_interval_ms
             try:
                 if self.rlmm.is_ready(st.tip) and st.copy_cancelled is None and self.leadership_confirmed(st.tp):
-                    if st.restoring:
-                        await self._restore_leader_log(st)
-                    await self._copy_log_segments_to_remote(st)
+                    if st.read_replica:
+                        await self._follow_bucket(st)
+                    else:
+                        if st.restoring:
+                            await self._restore_leader_log(st)
+                        await self._copy_log_segments_to_remote(st)
                 if st.failures:
                     self._log_copy_recovered(st)
                 st.failures = 0
@@ -699,6 +709,67 @@ class RemoteLogManager:
             log.info("%s: remote.recovery: the remote tier holds nothing of this partition; it starts empty", st.tp)
         plog.remote_restore_pending = False
         st.restoring = False
+
+    async def _follow_bucket(self, st: PartitionTierState) -> None:
+        """``remote.read.replica``: bring the partition up to its origin's uploads. The chain's entries since the
+        last read (one LIST, a GET per new entry) say which segments the origin added and deleted; the added ones
+        are published to this cluster's ``__remote_log_metadata`` from their manifests, the deleted ones marked
+        deleted (their objects are the origin's: never touched here), and the leader's (empty) log then starts
+        where the bucket ends, its log start at the bucket's first segment. Readers see new records once the
+        origin has uploaded them: within its upload interval and this task's."""
+        tip = st.tip
+        rsm = self.rsm
+        if not isinstance(rsm, ObjectStore):
+            raise RemoteStorageError(f"remote.read.replica: {type(rsm).__name__} cannot list the remote store")
+
+        def read() -> tuple[int, int, list[tuple[int, int]], int, int, int] | None:
+            sync = getattr(self.rlmm, "sync", None)
+            if sync is not None:
+                sync(tip)
+            view = st.chain
+            view = read_chain(rsm, tip) if view is None or view.tail is None else \
+                read_chain(rsm, tip, after=view.tail, base=view)
+            known = {uuid_to_str(md.remote_log_segment_id.id): md for md in self.rlmm.list_remote_log_segments(tip)
+                     if md.state is S.COPY_SEGMENT_FINISHED}
+            added = []
+            for segment_id, seg in view.live.items():
+                if segment_id not in known:
+                    try:
+                        added.append(chained_segment_metadata(rsm, tip, seg))
+                    except ValueError as e:
+                        log.warning("%s: read replica: %s", st.tp, e)
+            now = self._clock.milliseconds()
+            publish(self.rlmm, added, self.broker_id, now)
+            removed = [md for segment_id, md in known.items() if segment_id not in view.live]
+            for md in removed:
+                self._update_state(md, S.DELETE_SEGMENT_STARTED)
+                self._forget_indexes(md)
+                self._update_state(md, S.DELETE_SEGMENT_FINISHED)
+            st.chain = view
+            live = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is S.COPY_SEGMENT_FINISHED]
+            if not live:
+                return None
+            last = max(live, key=lambda md: md.end_offset)
+            with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
+                epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {last.remote_log_segment_id}")
+            highest = max(e for md in live for e in md.segment_leader_epochs)
+            return (last.end_offset + 1, min(md.start_offset for md in live), [(e.epoch, e.start_offset)
+                                                                               for e in epochs], highest,
+                    len(added), len(removed))
+
+        plog = self._log_for(st.tp)
+        found = await self._run(self._follower, read)
+        if found is None or plog is None or self._log_for(st.tp) is not plog or self._partitions.get(st.tp) is not st:
+            return
+        next_offset, log_start, epochs, highest_epoch, added, removed = found
+        if next_offset == plog.log_end_offset and log_start == plog.log_start_offset:
+            return
+        plog.restore_from_remote_tier(next_offset, log_start, epochs, encode_snapshot(()))
+        plog.update_highest_offset_in_remote_storage(next_offset - 1)
+        self.on_log_restored(st.tp, highest_epoch)
+        log.log(logging.INFO if added or removed else logging.DEBUG,
+                "%s: read replica at offsets %d..%d of the bucket (%d segments added, %d deleted by the origin)",
+                st.tp, log_start, next_offset - 1, added, removed)
 
     async def _copy_log_segments_to_remote(self, st: PartitionTierState) -> None:
         plog = self._log_for(st.tp)
@@ -907,7 +978,8 @@ class RemoteLogManager:
         while True:
             delay_ms = self.config.task_interval_ms
             try:
-                if self.rlmm.is_ready(st.tip) and self.leadership_confirmed(st.tp) and not st.restoring:
+                if self.rlmm.is_ready(st.tip) and self.leadership_confirmed(st.tp) and not st.restoring \
+                        and not st.read_replica:  # (a read replica's bucket is its origin's to expire)
                     await self.expire_once(st)
                 failures = 0
             except asyncio.CancelledError:

@@ -35,7 +35,13 @@ from strata.tiered.api import (
     TopicIdPartition,
 )
 from strata.tiered.storage.common import MANIFEST_SUFFIX
-from strata.tiered.storage.manifests import TOPIC_MANIFEST_NAME, TopicManifest, read_chain, sha256_hex
+from strata.tiered.storage.manifests import (
+    TOPIC_MANIFEST_NAME,
+    ChainSegment,
+    TopicManifest,
+    read_chain,
+    sha256_hex,
+)
 from strata.tiered.storage.object_format import V2_MARKER, SegmentManifest
 
 __all__ = ["RecoveryError", "RecoveryPlan", "find_topic_manifests", "plan_recovery", "publish"]
@@ -139,27 +145,33 @@ def _partition_segments(store: ObjectStore, tip: TopicIdPartition,
         skipped.append(f"{key}: chain break ({why}); the live segments are taken as the chain has them")
     out = []
     for seg in view.live.values():
-        key = f"{seg.stem(tip)}.{MANIFEST_SUFFIX}"
         try:
-            data = store.get_object_range(key, 0, 1 << 30)
-        except RemoteResourceNotFoundError:
-            skipped.append(f"{key}: chained, but its manifest is not in the bucket; offsets {seg.start_offset}-"
-                           f"{seg.end_offset} are not restored")
-            continue
-        if sha256_hex(data) != seg.manifest_sha256:
-            skipped.append(f"{key}: not the manifest its chain recorded (SHA-256 differs); offsets "
-                           f"{seg.start_offset}-{seg.end_offset} are not restored")
-            continue
-        try:
-            m = SegmentManifest.from_bytes(data)
-        except Exception as e:  # noqa: BLE001 - any parse failure: this segment is not restored, the rest is
-            skipped.append(f"{key}: {e}")
-            continue
-        out.append(RemoteLogSegmentMetadata(
-            RemoteLogSegmentId(tip, str_to_uuid(m.segment_id)), m.start_offset, m.end_offset, m.max_timestamp_ms,
-            m.broker_id, m.event_timestamp_ms, m.segment_size_in_bytes, dict(m.segment_leader_epochs),
-            RemoteLogSegmentState.COPY_SEGMENT_STARTED, None, m.txn_idx_empty))
+            out.append(chained_segment_metadata(store, tip, seg))
+        except ValueError as e:
+            skipped.append(str(e))
     return out
+
+
+def chained_segment_metadata(store: ObjectStore, tip: TopicIdPartition, seg: ChainSegment) -> RemoteLogSegmentMetadata:
+    """A chained segment's metadata (COPY_SEGMENT_STARTED), from its manifest checked against the chain's SHA-256;
+    ``ValueError`` saying why when its manifest is missing, different or unreadable."""
+    key = f"{seg.stem(tip)}.{MANIFEST_SUFFIX}"
+    try:
+        data = store.get_object_range(key, 0, 1 << 30)
+    except RemoteResourceNotFoundError:
+        raise ValueError(f"{key}: chained, but its manifest is not in the bucket; offsets {seg.start_offset}-"
+                         f"{seg.end_offset} are left out") from None
+    if sha256_hex(data) != seg.manifest_sha256:
+        raise ValueError(f"{key}: not the manifest its chain recorded (SHA-256 differs); offsets "
+                         f"{seg.start_offset}-{seg.end_offset} are left out")
+    try:
+        m = SegmentManifest.from_bytes(data)
+    except Exception as e:  # noqa: BLE001 - any parse failure: this segment is left out, the rest is not
+        raise ValueError(f"{key}: {e}") from None
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, str_to_uuid(m.segment_id)), m.start_offset, m.end_offset, m.max_timestamp_ms,
+        m.broker_id, m.event_timestamp_ms, m.segment_size_in_bytes, dict(m.segment_leader_epochs),
+        RemoteLogSegmentState.COPY_SEGMENT_STARTED, None, m.txn_idx_empty)
 
 
 def publish(rlmm: RemoteLogMetadataManager, segments: Iterable[RemoteLogSegmentMetadata], broker_id: int,

@@ -31,7 +31,14 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 
 from strata.broker.config_views import ConfigViews
 from strata.broker.dispatch import RequestContext, handles
-from strata.broker.recovery.service import RecoveredTopic, merge, wants_recovery
+from strata.broker.recovery.service import (
+    READ_REPLICA_CONFIG,
+    RECOVERY_CONFIG,
+    RecoveredTopic,
+    is_read_replica,
+    merge,
+    wants_recovery,
+)
 from strata.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from strata.config.log_config import canonical_topic_configs
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaError
@@ -87,7 +94,8 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str], di
         configs = canonical_topic_configs({c.name: c.value for c in topic.configs})
     except InvalidConfigError as e:
         raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
-    broker.topics.check_configs(configs)
+    # (a topic restored or mirrored from the remote store is tiered: its manifest's configs say so, merged later)
+    broker.topics.check_configs({**configs, "remote.storage.enable": "true"} if wants_recovery(configs) else configs)
     if topic.assignments:
         if topic.replication_factor != -1:
             raise ApiError(ErrorCode.INVALID_REQUEST,
@@ -128,14 +136,16 @@ def _plan(ctx: RequestContext, topic: Any) -> tuple[int, int, dict[str, str], di
 
 async def _recover(ctx: RequestContext, topic: Any, manual: dict[int, list[int]] | None, rf: int,
                    configs: dict[str, str]) -> RecoveredTopic:
-    """``remote.recovery=true``: the topic as the remote store describes it, completed by the request."""
+    """``remote.recovery=true`` or ``remote.read.replica=true``: the topic as the remote store describes it,
+    completed by the request."""
     broker = ctx.broker
+    key = READ_REPLICA_CONFIG if is_read_replica(configs) else RECOVERY_CONFIG
     if broker.topic_recovery is None:
-        raise ApiError(ErrorCode.INVALID_CONFIG, "remote.recovery=true needs remote storage on the broker "
+        raise ApiError(ErrorCode.INVALID_CONFIG, f"{key}=true needs remote storage on the broker "
                                                  "(remote.log.storage.system.enable=true)")
-    plan = await broker.topic_recovery.plan(topic.name)
+    plan = await broker.topic_recovery.plan(topic.name, key)
     if any(t.topic_id == plan.topic_id for t in broker.topics):
-        raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"remote.recovery: topic id {plan.manifest.topic_id} of "
+        raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"{key}: topic id {plan.manifest.topic_id} of "
                                                        f"'{topic.name}' in the remote store is in use already")
     requested = len(manual) if manual is not None else topic.num_partitions
     named_rf = rf if manual is not None or topic.replication_factor != -1 else -1

@@ -25,8 +25,20 @@ RECOVERY_CONFIG = "remote.recovery"
 READY_WAIT_S = 30.0
 
 
+READ_REPLICA_CONFIG = "remote.read.replica"
+
+
+def _true(configs: Mapping[str, str], key: str) -> bool:
+    return str(configs.get(key, "false")).strip().lower() == "true"
+
+
 def wants_recovery(configs: Mapping[str, str]) -> bool:
-    return str(configs.get(RECOVERY_CONFIG, "false")).strip().lower() == "true"
+    """Created from the bucket: restored (``remote.recovery``) or mirrored (``remote.read.replica``)."""
+    return _true(configs, RECOVERY_CONFIG) or _true(configs, READ_REPLICA_CONFIG)
+
+
+def is_read_replica(configs: Mapping[str, str]) -> bool:
+    return _true(configs, READ_REPLICA_CONFIG)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,26 +74,26 @@ class TopicRecoveryService:
         self._broker_id = broker_id
         self._clock = clock
 
-    def _store(self) -> ObjectStore:
+    def _store(self, key: str) -> ObjectStore:
         rsm = self._rlm.rsm
         if not isinstance(rsm, ObjectStore):
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"remote.recovery: the remote storage manager "
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"{key}: the remote storage manager "
                                                      f"{type(rsm).__name__} cannot list the remote store")
         return rsm
 
-    async def plan(self, topic: str) -> RecoveryPlan:
+    async def plan(self, topic: str, key: str = RECOVERY_CONFIG) -> RecoveryPlan:
         """Read the bucket (in a worker thread): INVALID_CONFIG naming remote.recovery when it has nothing of the
         topic, KAFKA_STORAGE_ERROR when it cannot be read."""
-        store = self._store()
+        store = self._store(key)
         try:
             plan = await asyncio.get_running_loop().run_in_executor(None, plan_recovery, store, topic)
         except RecoveryError as e:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"remote.recovery: {e}") from None
+            raise ApiError(ErrorCode.INVALID_CONFIG, f"{key}: {e}") from None
         except RemoteStorageError as e:
-            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"remote.recovery: the remote store: {e}") from None
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"{key}: the remote store: {e}") from None
         for problem in plan.skipped:
-            log.warning("remote.recovery of %s: %s", topic, problem)
-        log.info("remote.recovery: %s", plan.describe())
+            log.warning("%s of %s: %s", key, topic, problem)
+        log.info("%s: %s", key, plan.describe())
         return plan
 
     async def publish(self, plan: RecoveryPlan) -> int:

@@ -1,0 +1,95 @@
+"""Read replicas (issue 29, part 5): a topic created with ``remote.read.replica=true`` on a second broker whose
+remote store is the origin's bucket is a read-only mirror served from it. It follows the origin's uploads while
+the origin keeps producing, refuses produce with a clear message, follows the origin's retention, and deleting it
+leaves the bucket alone."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import NewTopic
+from tests.support.keys import v2_broker_props
+from tests.tiered.harness import WAIT_S, TieredBroker, wait_until
+
+TOPIC = "events"
+
+
+def read(bootstrap: str, start: int, end: int, timeout_s: float = WAIT_S) -> list[tuple[int, bytes, int]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False})
+    out: list[tuple[int, bytes, int]] = []
+    try:
+        c.assign([CkTopicPartition(TOPIC, 0, start)])
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            out.append((msg.offset(), msg.value(), msg.timestamp()[1]))
+    finally:
+        c.close()
+    return [r for r in out if r[0] < end]
+
+
+def produce(b: TieredBroker, first: int, count: int) -> None:
+    b.produce(TOPIC, 0, [(f"k{i}", f"event {i} " + "y" * 200) for i in range(first, first + count)])
+
+
+def latest(b: TieredBroker) -> int:
+    return b.list_offsets(TOPIC, 0, -1)[0]
+
+
+def test_a_read_replica_follows_its_origin_refuses_produce_and_leaves_the_bucket_alone(tmp_path: Path) -> None:
+    props = {**v2_broker_props(tmp_path / "keys"), "remote.log.scrubber.bytes.per.second": "0"}
+    origin = TieredBroker(tmp_path / "origin", **props).start()
+    # the replica's store is the origin's bucket: the same directory
+    replica = TieredBroker(tmp_path / "replica", **{**props, "rsm.config.dir": str(origin.remote_dir)})
+    replica.remote_dir = origin.remote_dir
+    replica.start()
+    try:
+        origin.create_topic(TOPIC, max_batches_per_segment=2, segment_bytes="4096", retention_ms="-1")
+        produce(origin, 0, 30)
+        wait_until("the origin tiered", lambda: origin.list_offsets(TOPIC, 0, -5)[0] >= 20)
+        expected = read(origin.bootstrap, 0, 30)
+
+        futures = replica.admin().create_topics([NewTopic(TOPIC, -1, -1, config={"remote.read.replica": "true"})])
+        futures[TOPIC].result(timeout=WAIT_S)
+        end = wait_until("the replica serves the bucket", lambda: (e := latest(replica)) >= 21 and e)
+        assert read(replica.bootstrap, 0, end) == expected[:end]
+
+        # the origin keeps producing: the replica follows its uploads
+        produce(origin, 30, 30)
+        wait_until("the origin tiered the new records", lambda: origin.list_offsets(TOPIC, 0, -5)[0] >= 50)
+        expected = read(origin.bootstrap, 0, 60)
+        end = wait_until("the replica followed", lambda: (e := latest(replica)) >= 51 and e)
+        assert read(replica.bootstrap, 0, end) == expected[:end]
+
+        # produce is refused, with a message that says why
+        p = Producer({"bootstrap.servers": replica.bootstrap, "message.timeout.ms": 10_000, "retries": 0})
+        errors: list[KafkaError] = []
+        p.produce(TOPIC, b"nope", partition=0, on_delivery=lambda err, _m: errors.append(err))
+        p.flush(15)
+        assert errors and errors[0] is not None and errors[0].code() == KafkaError.POLICY_VIOLATION, errors
+        assert latest(replica) == end
+
+        # the origin's retention deletes old segments: the replica's log start follows
+        origin.alter_topic(TOPIC, {"retention.bytes": "3000"})
+        produce(origin, 60, 4)
+        wait_until("the origin deleted old segments", lambda: origin.list_offsets(TOPIC, 0, -2)[0] > 10)
+        wait_until("the replica's log start followed",
+                   lambda: replica.list_offsets(TOPIC, 0, -2)[0] >= origin.list_offsets(TOPIC, 0, -2)[0] > 10)
+
+        # deleting the read replica leaves the bucket (and the origin) alone
+        stored = sorted(p.name for p in origin.remote_dir.rglob("*.log"))
+        replica.delete_topic(TOPIC)
+        time.sleep(2)
+        assert set(stored[-2:]) <= {p.name for p in origin.remote_dir.rglob("*.log")}  # (the origin's retention
+        # may have deleted the oldest meanwhile; the replica deleted nothing)
+        start = origin.list_offsets(TOPIC, 0, -2)[0]
+        assert [r[0] for r in read(origin.bootstrap, start, start + 3)] == [start, start + 1, start + 2]
+    finally:
+        replica.stop()
+        origin.stop()
