@@ -258,14 +258,17 @@ def test_migration_from_version_0(tmp_path: Path) -> None:
         usage = migration(b, "--upgrade-to-v1")
         assert usage.returncode == 1 and 'Missing required argument "[retention-ms]"' in usage.stderr
 
-        v1 = migration(b, "--upgrade-to-v1", "--retention-ms", "10000")
+        # 30 s: long enough that the checks below run before the keyless records expire on a loaded machine (at
+        # 10 s, the five tool runs since they were written once took longer in a busy run)
+        v1 = migration(b, "--upgrade-to-v1", "--retention-ms", "30000")
         assert v1.returncode == 0, v1.stderr
         assert "Upgraded __remote_log_metadata to remote.log.metadata.version 1" in v1.stdout
         assert "WARNING" not in v1.stderr  # the tiered topic keeps its data 2 s only
         configs = topic_configs(b, META)
         assert (configs["cleanup.policy"][0], configs["retention.ms"], configs["min.compaction.lag.ms"]) == \
-            ("compact,delete", ("10000", True), ("10000", True))
+            ("compact,delete", ("30000", True), ("30000", True))
 
+        assert time.time() - legacy_written < 25, "the machine is too slow for this test's 30 s retention"
         too_soon = migration(b, "--check", "--upgrade-to-v2")
         assert too_soon.returncode == 1
         assert "The newest expires at about" in too_soon.stderr and "Retry after" in too_soon.stderr
@@ -274,7 +277,7 @@ def test_migration_from_version_0(tmp_path: Path) -> None:
         produce(b, 10, 25)
         wait_until("the null-key records to expire by retention.ms", lambda: migration(b, "--check").returncode == 0,
                    timeout_s=90, interval_s=1.0)
-        assert time.time() - legacy_written >= 10  # retention counts from the records' timestamps
+        assert time.time() - legacy_written >= 30  # retention counts from the records' timestamps
         v2 = migration(b, "--check", "--upgrade-to-v2")
         assert v2.returncode == 0, v2.stderr
         assert "No record without a key" in v2.stdout
