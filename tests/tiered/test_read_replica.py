@@ -6,13 +6,15 @@ leaves the bucket alone."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import NewTopic
 from tests.support.keys import v2_broker_props
-from tests.tiered.harness import WAIT_S, TieredBroker, wait_until
+from tests.tiered.harness import WAIT_S, S3TieredBroker, TieredBroker, wait_until
 
 TOPIC = "events"
 
@@ -38,16 +40,29 @@ def produce(b: TieredBroker, first: int, count: int) -> None:
     b.produce(TOPIC, 0, [(f"k{i}", f"event {i} " + "y" * 200) for i in range(first, first + count)])
 
 
+def stored_logs(b: TieredBroker) -> list[str]:
+    if isinstance(b, S3TieredBroker):
+        return [f"{start:020d}-{sid}" for start, sid in b.segment_objects(TOPIC, 0)]
+    return [p.name for p in b.remote_dir.rglob("*.log")]
+
+
 def latest(b: TieredBroker) -> int:
     return b.list_offsets(TOPIC, 0, -1)[0]
 
 
-def test_a_read_replica_follows_its_origin_refuses_produce_and_leaves_the_bucket_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_kind", ["local", "s3"])
+def test_a_read_replica_follows_its_origin_refuses_produce_and_leaves_the_bucket_alone(
+        tmp_path: Path, store_kind: str, request: pytest.FixtureRequest) -> None:
     props = {**v2_broker_props(tmp_path / "keys"), "remote.log.scrubber.bytes.per.second": "0"}
-    origin = TieredBroker(tmp_path / "origin", **props).start()
-    # the replica's store is the origin's bucket: the same directory
-    replica = TieredBroker(tmp_path / "replica", **{**props, "rsm.config.dir": str(origin.remote_dir)})
-    replica.remote_dir = origin.remote_dir
+    if store_kind == "s3":  # the replica's store is the origin's bucket: the same bucket and prefix
+        seaweedfs = request.getfixturevalue("seaweedfs")
+        prefix = f"replica-{uuid.uuid4().hex[:8]}/"
+        origin: TieredBroker = S3TieredBroker(tmp_path / "origin", seaweedfs, key_prefix=prefix, **props)
+        replica: TieredBroker = S3TieredBroker(tmp_path / "replica", seaweedfs, key_prefix=prefix, **props)
+    else:  # the same directory
+        origin = TieredBroker(tmp_path / "origin", **props)
+        replica = TieredBroker(tmp_path / "replica", **{**props, "rsm.config.dir": str(origin.remote_dir)})
+    origin.start()
     replica.start()
     try:
         origin.create_topic(TOPIC, max_batches_per_segment=2, segment_bytes="4096", retention_ms="-1")
@@ -83,11 +98,11 @@ def test_a_read_replica_follows_its_origin_refuses_produce_and_leaves_the_bucket
                    lambda: replica.list_offsets(TOPIC, 0, -2)[0] >= origin.list_offsets(TOPIC, 0, -2)[0] > 10)
 
         # deleting the read replica leaves the bucket (and the origin) alone
-        stored = sorted(p.name for p in origin.remote_dir.rglob("*.log"))
+        stored = sorted(stored_logs(origin))
         replica.delete_topic(TOPIC)
         time.sleep(2)
-        assert set(stored[-2:]) <= {p.name for p in origin.remote_dir.rglob("*.log")}  # (the origin's retention
-        # may have deleted the oldest meanwhile; the replica deleted nothing)
+        assert set(stored[-2:]) <= set(stored_logs(origin))  # (the origin's retention may have deleted the oldest
+        # meanwhile; the replica deleted nothing)
         start = origin.list_offsets(TOPIC, 0, -2)[0]
         assert [r[0] for r in read(origin.bootstrap, start, start + 3)] == [start, start + 1, start + 2]
     finally:

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 from tests.support.keys import v2_broker_props
-from tests.tiered.harness import WAIT_S, TieredBroker, wait_until
-
-from strata.tiered.storage.local import LocalTieredStorage
-from strata.tiered.storage.manifests import read_topic_manifest
+from tests.tiered.harness import WAIT_S, S3TieredBroker, TieredBroker, wait_until
 
 TOPIC = "orders"
 PARTITIONS = 2
@@ -58,15 +57,32 @@ def create_recovered(b: TieredBroker, partitions: int = -1, **configs: str) -> A
     return futures[TOPIC]
 
 
+def topic_id(b: TieredBroker) -> str:
+    from confluent_kafka import TopicCollection
+
+    return str(b.admin().describe_topics(TopicCollection([TOPIC]))[TOPIC].result(timeout=WAIT_S).topic_id)
+
+
 def topic_configs(b: TieredBroker) -> dict[str, str]:
     res = ConfigResource(ConfigResource.Type.TOPIC, TOPIC)
     entries = b.admin().describe_configs([res])[res].result(timeout=WAIT_S)
     return {k: v.value for k, v in entries.items()}
 
 
-def test_a_topic_is_recovered_from_the_bucket_by_a_new_broker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_kind", ["local", "s3"])
+def test_a_topic_is_recovered_from_the_bucket_by_a_new_broker(tmp_path: Path, store_kind: str,
+                                                            request: pytest.FixtureRequest) -> None:
     props = v2_broker_props(tmp_path / "keys")
-    old = TieredBroker(tmp_path / "old", **props).start()
+    if store_kind == "s3":  # the same bucket and prefix for both brokers
+        seaweedfs = request.getfixturevalue("seaweedfs")
+        prefix = f"recovery-{uuid.uuid4().hex[:8]}/"
+
+        def broker(name: str) -> TieredBroker:
+            return S3TieredBroker(tmp_path / name, seaweedfs, key_prefix=prefix, **props)
+    else:
+        def broker(name: str) -> TieredBroker:
+            return TieredBroker(tmp_path / name, **props)
+    old = broker("old").start()
     try:
         old.create_topic(TOPIC, partitions=PARTITIONS, max_batches_per_segment=2, segment_bytes="4096",
                          retention_ms="-1", **{"max.message.bytes": "123456"})
@@ -76,15 +92,15 @@ def test_a_topic_is_recovered_from_the_bucket_by_a_new_broker(tmp_path: Path) ->
         expected = {p: read_partition(old.bootstrap, p, 40) for p in range(PARTITIONS)}
         assert all(len(expected[p]) == 40 for p in range(PARTITIONS))
         assert expected[0][3] == (3, b"k0-3", b"value 0-3 " + b"x" * 300, BASE_TS + 3000)
+        old_id = topic_id(old)
     finally:
         old.stop()  # the broker and its disk are gone; the bucket stays
 
-    new = TieredBroker(tmp_path / "new", **props)
-    shutil.copytree(old.remote_dir, new.remote_dir)  # the same bucket, seen from the new broker's config
+    new = broker("new")
+    if store_kind == "local":
+        shutil.copytree(old.remote_dir, new.remote_dir)  # the same bucket, seen from the new broker's config
     new.start()
     try:
-        store = LocalTieredStorage()
-        store.configure({"dir": str(new.remote_dir), "events.log.enable": "false"})
         assert "has 2 partitions" in str(create_recovered(new, partitions=5).exception(timeout=WAIT_S))
         create_recovered(new).result(timeout=WAIT_S)
         meta = new.admin().list_topics(TOPIC, timeout=10).topics[TOPIC]
@@ -99,8 +115,7 @@ def test_a_topic_is_recovered_from_the_bucket_by_a_new_broker(tmp_path: Path) ->
             assert new.list_offsets(TOPIC, p, -2)[0] == 0
             expected[p] = expected[p][: ends[p]]
             assert read_partition(new.bootstrap, p, ends[p]) == expected[p]  # offsets, keys, values, timestamps
-        manifest = read_topic_manifest(store, TOPIC, _topic_id(store))
-        assert manifest is not None and manifest.partitions == PARTITIONS
+        assert topic_id(new) == old_id  # the bucket's keys name it
 
         produce(new, 1000, 3)  # new records continue after the restored ones
         for p in range(PARTITIONS):
@@ -117,11 +132,6 @@ def test_a_topic_is_recovered_from_the_bucket_by_a_new_broker(tmp_path: Path) ->
             assert read_partition(new.bootstrap, p, ends[p])[: ends[p]] == expected[p]
     finally:
         new.stop()
-
-
-def _topic_id(store: LocalTieredStorage) -> str:
-    (name,) = {p.name for p in store.storage_dir.iterdir() if p.name.startswith(f"{TOPIC}-")}
-    return name[len(TOPIC) + 1:]
 
 
 def test_recovery_of_a_topic_the_bucket_does_not_hold_is_refused_naming_the_config(tmp_path: Path) -> None:
