@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from confluent_kafka import Consumer
@@ -23,29 +22,14 @@ from tests.broker.kafka_wire import WireClient
 from tests.cluster.harness import Cluster, running_cluster, wait_until
 from tests.cluster.tiered_harness import produce, tiered_props, tiered_topic_config
 from tests.support.keys import v2_broker_props
+from tests.tiered.harness import Record, read_range
 
 TOPIC = "orders"
 PARTITIONS = 3
 RECORDS = 500  # per partition: ~8 segments of 64 KiB each
 
-Record = tuple[int, bytes, int]  # offset, value, timestamp
-
-
 def read(bootstrap: str, partition: int, end: int, timeout_s: float = 60) -> list[Record]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "fetch.max.bytes": 4 * 1024 * 1024})
-    out: list[Record] = []
-    try:
-        c.assign([CkTopicPartition(TOPIC, partition, 0)])
-        deadline = time.monotonic() + timeout_s
-        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            out.append((msg.offset(), msg.value(), msg.timestamp()[1]))
-    finally:
-        c.close()
-    return [r for r in out if r[0] < end]
+    return read_range(bootstrap, TOPIC, partition, 0, end, timeout_s)
 
 
 def offset(cluster: Cluster, partition: int, spec: int) -> int:

@@ -97,3 +97,10 @@ def segment_factory(tmp_path: Path) -> MakeSegment:
         return Segment(metadata, data)
 
     return make
+
+
+def flip(file: Path, at: int) -> None:
+    """Damage a stored object the way bit rot does: one bit of the byte at ``at`` flipped, in place."""
+    data = bytearray(file.read_bytes())
+    data[at] ^= 0x01
+    file.write_bytes(bytes(data))

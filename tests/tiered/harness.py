@@ -188,6 +188,29 @@ class TieredBroker:
         return len(copied - deleted)
 
 
+Record = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
+
+
+def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
+               timeout_s: float = WAIT_S) -> list[Record]:
+    """The records of ``topic-partition`` at offsets ``[start, end)`` as a consumer gets them (whatever it gets
+    until it reaches ``end - 1`` or the timeout), with their timestamps."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 4 * 1024 * 1024})
+    out: list[Record] = []
+    try:
+        consumer.assign([CkTopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            out.append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+    finally:
+        consumer.close()
+    return [r for r in out if r[0] < end]
+
+
 def metadata_states(b: TieredBroker, topic: str | None = None,
                     partition: int | None = None) -> dict[str, tuple[int, int]]:
     """Every segment id in ``__remote_log_metadata`` (read with a real consumer, decoded with Kafka's

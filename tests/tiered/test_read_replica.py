@@ -10,30 +10,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 from tests.support.keys import v2_broker_props
-from tests.tiered.harness import WAIT_S, S3TieredBroker, TieredBroker, wait_until
+from tests.tiered.harness import WAIT_S, Record, S3TieredBroker, TieredBroker, read_range, wait_until
 
 TOPIC = "events"
 
 
-def read(bootstrap: str, start: int, end: int, timeout_s: float = WAIT_S) -> list[tuple[int, bytes, int]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                  "enable.auto.commit": False})
-    out: list[tuple[int, bytes, int]] = []
-    try:
-        c.assign([CkTopicPartition(TOPIC, 0, start)])
-        deadline = time.monotonic() + timeout_s
-        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            out.append((msg.offset(), msg.value(), msg.timestamp()[1]))
-    finally:
-        c.close()
-    return [r for r in out if r[0] < end]
+def read(bootstrap: str, start: int, end: int) -> list[Record]:
+    return read_range(bootstrap, TOPIC, 0, start, end)
 
 
 def produce(b: TieredBroker, first: int, count: int) -> None:

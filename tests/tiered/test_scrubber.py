@@ -7,7 +7,6 @@ read at all."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from tests.support.keys import v2_broker_props
+from tests.support.segments import flip
 from tests.tiered.harness import WAIT_S, TieredBroker, wait_until
 from tests.tiered.test_kafka_scenarios import kv
 
@@ -66,14 +66,6 @@ def scrubber_warnings(b: TieredBroker) -> list[str]:
     return [ln for ln in b.broker.log_path.read_text(errors="replace").splitlines()
             if "remote log scrubber" in ln and "WARNING" in ln]
 
-
-def flip(file: Path, at: int) -> None:
-    """Flip one bit, replacing the file at once (the scrubber never sees it half written)."""
-    data = bytearray(file.read_bytes())
-    data[at] ^= 0x01
-    temp = file.with_name(file.name + ".flip")
-    temp.write_bytes(bytes(data))
-    os.replace(temp, file)
 
 
 def test_a_flipped_byte_in_a_stored_segment_is_found_logged_counted_and_shown_by_tiers(tmp_path: Path) -> None:

@@ -7,41 +7,22 @@ version (ZooKeeper and every disk destroyed) is tests/cluster/test_cluster_recov
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 from tests.support.keys import v2_broker_props
-from tests.tiered.harness import WAIT_S, S3TieredBroker, TieredBroker, wait_until
+from tests.tiered.harness import WAIT_S, Record, S3TieredBroker, TieredBroker, read_range, wait_until
 
 TOPIC = "orders"
 PARTITIONS = 2
 BASE_TS = 1_700_000_000_000
 
-Record = tuple[int, bytes, bytes, int]  # offset, key, value, timestamp
-
-
-def read_partition(bootstrap: str, partition: int, end: int, timeout_s: float = WAIT_S) -> list[Record]:
+def read_partition(bootstrap: str, partition: int, end: int) -> list[Record]:
     """Every record of ``orders-<partition>`` below ``end``, with its timestamp."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                  "enable.auto.commit": False})
-    out: list[Record] = []
-    try:
-        c.assign([CkTopicPartition(TOPIC, partition, 0)])
-        deadline = time.monotonic() + timeout_s
-        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
-            msg = c.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            out.append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
-    finally:
-        c.close()
-    return [r for r in out if r[0] < end]
+    return read_range(bootstrap, TOPIC, partition, 0, end)
 
 
 def produce(b: TieredBroker, first: int, count: int) -> None:

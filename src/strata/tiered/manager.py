@@ -117,6 +117,17 @@ class RemoteReadQueueFullError(Exception):
     """``remote.log.reader.max.pending.tasks`` reads are already queued (Kafka's RejectedExecution)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteTier:
+    """A partition's remote tier as a log starting after it needs it (restored and read-replica topics)."""
+
+    log_start: int
+    next_offset: int
+    epochs: list[tuple[int, int]]  # (epoch, start offset) from the last segment's leader-epoch checkpoint
+    highest_epoch: int
+    segments: int
+
+
 @dataclass(slots=True)
 class PartitionTierState:
     """What the RLM knows of one tiered partition (read by ``strata tiers`` and the metrics)."""
@@ -672,40 +683,44 @@ class RemoteLogManager:
         jitter = 1 + random.uniform(-cfg.task_retry_jitter, cfg.task_retry_jitter)
         return max(1, int(base * jitter))
 
+    def _remote_tier(self, tip: TopicIdPartition) -> RemoteTier | None:
+        """Where the partition's remote tier starts and ends, as ``__remote_log_metadata`` has it (read to its
+        end), with the leader-epoch history from its last segment: what a log that starts after it needs."""
+        sync = getattr(self.rlmm, "sync", None)
+        if sync is not None:
+            sync(tip)
+        live = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is S.COPY_SEGMENT_FINISHED]
+        if not live:
+            return None
+        last = max(live, key=lambda md: md.end_offset)
+        with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
+            epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {last.remote_log_segment_id}")
+        return RemoteTier(min(md.start_offset for md in live), last.end_offset + 1,
+                          [(e.epoch, e.start_offset) for e in epochs],
+                          max(e for md in live for e in md.segment_leader_epochs), len(live))
+
+    def _start_after_remote_tier(self, st: PartitionTierState, plog: PartitionLog, tier: RemoteTier) -> None:
+        """The (empty) local log starts where the remote tier ends. No producer state: the restored or mirrored
+        producers belong to another cluster, which handed out the same producer ids (a restored id's sequence
+        would refuse a new producer's first batch)."""
+        plog.restore_from_remote_tier(tier.next_offset, tier.log_start, tier.epochs, encode_snapshot(()))
+        plog.update_highest_offset_in_remote_storage(tier.next_offset - 1)
+        self.on_log_restored(st.tp, tier.highest_epoch)
+
     async def _restore_leader_log(self, st: PartitionTierState) -> None:
         """``remote.recovery``: start this leader's empty log where its remote tier ends, as a follower below
         its leader's local log start does (Kafka's ``buildRemoteLogAuxState``): the leader-epoch history from the
         last remote segment, the log start at the first one, the high watermark at the end (every restored record
         was committed). A partition the bucket held nothing of starts at 0."""
-        tip = st.tip
-
-        def read() -> tuple[int, int, list[tuple[int, int]], int, int] | None:
-            sync = getattr(self.rlmm, "sync", None)
-            if sync is not None:
-                sync(tip)
-            segments = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is S.COPY_SEGMENT_FINISHED]
-            if not segments:
-                return None
-            last = max(segments, key=lambda md: md.end_offset)
-            with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
-                epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {last.remote_log_segment_id}")
-            highest = max(e for md in segments for e in md.segment_leader_epochs)
-            return (last.end_offset + 1, min(md.start_offset for md in segments),
-                    [(e.epoch, e.start_offset) for e in epochs], highest, len(segments))
-
         plog = self._log_for(st.tp)
-        found = await self._run(self._follower, read)
+        tier = await self._run(self._follower, self._remote_tier, st.tip)
         if plog is None or self._log_for(st.tp) is not plog or self._partitions.get(st.tp) is not st:
             return
-        if found is not None and plog.log_end_offset == 0:
-            next_offset, log_start, epochs, highest_epoch, count = found
-            # no producer state: the restored producers belong to a cluster that is gone, and this cluster hands
-            # out producer ids from 0 again (a restored id's sequence would refuse a new producer's first batch)
-            plog.restore_from_remote_tier(next_offset, log_start, epochs, encode_snapshot(()))
-            self.on_log_restored(st.tp, highest_epoch)
+        if tier is not None and plog.log_end_offset == 0:
+            self._start_after_remote_tier(st, plog, tier)
             log.info("%s: restored from remote storage: offsets %d..%d in %d segments; the local log starts at %d",
-                     st.tp, log_start, next_offset - 1, count, next_offset)
-        elif found is None:
+                     st.tp, tier.log_start, tier.next_offset - 1, tier.segments, tier.next_offset)
+        elif tier is None:
             log.info("%s: remote.recovery: the remote tier holds nothing of this partition; it starts empty", st.tp)
         plog.remote_restore_pending = False
         st.restoring = False
@@ -722,7 +737,7 @@ class RemoteLogManager:
         if not isinstance(rsm, ObjectStore):
             raise RemoteStorageError(f"remote.read.replica: {type(rsm).__name__} cannot list the remote store")
 
-        def read() -> tuple[int, int, list[tuple[int, int]], int, int, int] | None:
+        def follow() -> tuple[RemoteTier | None, int, int]:
             sync = getattr(self.rlmm, "sync", None)
             if sync is not None:
                 sync(tip)
@@ -738,38 +753,25 @@ class RemoteLogManager:
                         added.append(chained_segment_metadata(rsm, tip, seg))
                     except ValueError as e:
                         log.warning("%s: read replica: %s", st.tp, e)
-            now = self._clock.milliseconds()
-            publish(self.rlmm, added, self.broker_id, now)
+            publish(self.rlmm, added, self.broker_id, self._clock.milliseconds())
             removed = [md for segment_id, md in known.items() if segment_id not in view.live]
             for md in removed:
                 self._update_state(md, S.DELETE_SEGMENT_STARTED)
                 self._forget_indexes(md)
                 self._update_state(md, S.DELETE_SEGMENT_FINISHED)
             st.chain = view
-            live = [md for md in self.rlmm.list_remote_log_segments(tip) if md.state is S.COPY_SEGMENT_FINISHED]
-            if not live:
-                return None
-            last = max(live, key=lambda md: md.end_offset)
-            with self.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as f:
-                epochs = epoch_entries_from_bytes(f.read(), f"leader-epoch index of {last.remote_log_segment_id}")
-            highest = max(e for md in live for e in md.segment_leader_epochs)
-            return (last.end_offset + 1, min(md.start_offset for md in live), [(e.epoch, e.start_offset)
-                                                                               for e in epochs], highest,
-                    len(added), len(removed))
+            return self._remote_tier(tip), len(added), len(removed)
 
         plog = self._log_for(st.tp)
-        found = await self._run(self._follower, read)
-        if found is None or plog is None or self._log_for(st.tp) is not plog or self._partitions.get(st.tp) is not st:
+        tier, added, removed = await self._run(self._follower, follow)
+        if tier is None or plog is None or self._log_for(st.tp) is not plog or self._partitions.get(st.tp) is not st:
             return
-        next_offset, log_start, epochs, highest_epoch, added, removed = found
-        if next_offset == plog.log_end_offset and log_start == plog.log_start_offset:
+        if tier.next_offset == plog.log_end_offset and tier.log_start == plog.log_start_offset:
             return
-        plog.restore_from_remote_tier(next_offset, log_start, epochs, encode_snapshot(()))
-        plog.update_highest_offset_in_remote_storage(next_offset - 1)
-        self.on_log_restored(st.tp, highest_epoch)
+        self._start_after_remote_tier(st, plog, tier)
         log.log(logging.INFO if added or removed else logging.DEBUG,
                 "%s: read replica at offsets %d..%d of the bucket (%d segments added, %d deleted by the origin)",
-                st.tp, log_start, next_offset - 1, added, removed)
+                st.tp, tier.log_start, tier.next_offset - 1, added, removed)
 
     async def _copy_log_segments_to_remote(self, st: PartitionTierState) -> None:
         plog = self._log_for(st.tp)

@@ -35,7 +35,6 @@ so the partition's listing can be read again to pick up segments uploaded during
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import struct
 import threading
@@ -63,7 +62,13 @@ from strata.tiered.api import (
 )
 from strata.tiered.reader import _SegmentWindow, _valid_batches_end
 from strata.tiered.storage.common import INDEX_SUFFIXES, LOG_SUFFIX, MANIFEST_SUFFIX, object_key, segment_stem
-from strata.tiered.storage.object_format import CorruptObjectError, ObjectFormat, SegmentManifest, is_v2
+from strata.tiered.storage.object_format import (
+    CorruptObjectError,
+    ObjectFormat,
+    SegmentManifest,
+    check_stored_object,
+    is_v2,
+)
 
 __all__ = ["PartitionScrubState", "RemoteScrubber", "ScrubFinding", "ScrubberMetrics", "SegmentChecker",
            "SegmentScrub"]
@@ -283,39 +288,8 @@ class SegmentChecker:
         assert self.fmt is not None or not decode
         obj = manifest.objects[suffix]
         chain = _BatchCheck(self.rsm, md, obj.original_size) if suffix == LOG_SUFFIX and decode else None
-        digest = hashlib.sha256()
-        decode_problem: str | None = None
-        sizes = obj.chunk_sizes
-        first = stored = 0
-        while first < len(sizes):
-            last, group = first + 1, sizes[first]
-            while last < len(sizes) and group + sizes[last] <= self.read_bytes:
-                group += sizes[last]
-                last += 1
-            data = self._read(info, stored, stored + group)
-            digest.update(data)
-            if decode and decode_problem is None and self.fmt is not None:
-                start, end = first * obj.chunk_size, min(last * obj.chunk_size, obj.original_size)
-                try:
-                    plain = self.fmt.read(manifest, suffix, lambda a, b, d=data, s=stored: d[a - s:b - s], start, end)
-                except CorruptObjectError as e:
-                    decode_problem = str(e)
-                else:
-                    if len(plain) != end - start:
-                        decode_problem = (f"chunks {first}-{last - 1} decode to {len(plain)} bytes, "
-                                          f"{end - start} expected")
-                    elif chain is not None:
-                        chain.feed(plain)
-            stored += group
-            first = last
-        if digest.hexdigest() != obj.sha256:
-            return (f"the SHA-256 of its {info.size} stored bytes is {digest.hexdigest()[:16]}..., the manifest says "
-                    f"{obj.sha256[:16]}...")
-        if decode_problem is not None:
-            return decode_problem
-        if chain is not None and (problem := chain.finish()) is not None:
-            return f"decoded, {problem}"
-        return None
+        return check_stored_object(self.fmt if decode else None, manifest, suffix, info.size,
+                                   lambda start, end: self._read(info, start, end), self.read_bytes, chain)
 
     # -- the store --
 

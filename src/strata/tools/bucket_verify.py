@@ -91,7 +91,13 @@ from strata.tiered.storage.manifests import (
     sha256_hex,
     topic_manifest_key,
 )
-from strata.tiered.storage.object_format import CorruptObjectError, ObjectFormat, SegmentManifest, is_v2
+from strata.tiered.storage.object_format import (
+    CorruptObjectError,
+    ObjectFormat,
+    SegmentManifest,
+    check_stored_object,
+    is_v2,
+)
 
 __all__ = ["KINDS", "BatchChain", "BucketVerifier", "Finding", "VerifyOptions", "VerifyReport", "looks_plain",
            "parse_segment_key", "read_remote_log_metadata"]
@@ -685,40 +691,8 @@ class BucketVerifier:
     def _check_v2_object(self, manifest: SegmentManifest, suffix: str, info: ObjectInfo, decode: bool,
                          chain: BatchChain | None) -> str | None:
         """Hash every stored byte and decode every chunk, a group of whole chunks per ranged GET."""
-        obj = manifest.objects[suffix]
-        digest = hashlib.sha256()
-        decode_problem: str | None = None
-        sizes = obj.chunk_sizes
-        first = stored = 0
-        while first < len(sizes):
-            last, group = first + 1, sizes[first]
-            while last < len(sizes) and group + sizes[last] <= self.options.read_bytes:
-                group += sizes[last]
-                last += 1
-            data = self._get(info, stored, stored + group)
-            digest.update(data)
-            if decode and decode_problem is None:
-                start, end = first * obj.chunk_size, min(last * obj.chunk_size, obj.original_size)
-                try:
-                    plain = self.fmt.read(manifest, suffix, lambda a, b, d=data, s=stored: d[a - s:b - s], start, end)
-                except CorruptObjectError as e:
-                    decode_problem = str(e)
-                else:
-                    if len(plain) != end - start:
-                        decode_problem = (f"chunks {first}-{last - 1} decode to {len(plain)} bytes, "
-                                          f"{end - start} expected")
-                    elif chain is not None:
-                        chain.feed(plain)
-            stored += group
-            first = last
-        if digest.hexdigest() != obj.sha256:
-            return (f"the SHA-256 of its {info.size} stored bytes is {digest.hexdigest()[:16]}..., the manifest says "
-                    f"{obj.sha256[:16]}...")
-        if decode_problem is not None:
-            return decode_problem
-        if chain is not None and (problem := chain.finish()) is not None:
-            return f"decoded, {problem}"
-        return None
+        return check_stored_object(self.fmt if decode else None, manifest, suffix, info.size,
+                                   lambda start, end: self._get(info, start, end), self.options.read_bytes, chain)
 
     # -- v1 --
 

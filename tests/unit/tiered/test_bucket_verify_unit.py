@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.keys import v2_configs
-from tests.support.segments import MakeSegment, Segment
+from tests.support.segments import MakeSegment, Segment, flip
 
 from strata.cli import main
 from strata.tiered.api import (
@@ -85,11 +85,6 @@ def stem(seg: Segment) -> str:
 def path(rsm: LocalTieredStorage, seg: Segment, suffix: str) -> Path:
     return rsm.storage_dir / f"{stem(seg)}.{suffix}"
 
-
-def flip(file: Path, at: int) -> None:
-    data = bytearray(file.read_bytes())
-    data[at] ^= 0x01
-    file.write_bytes(bytes(data))
 
 
 def sid(seg: Segment) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.keys import v2_configs
-from tests.support.segments import MakeSegment, Segment
+from tests.support.segments import MakeSegment, Segment, flip
 from tests.unit.tiered.test_remote_reader import DictRLMM
 
 from strata.common.metrics import PartitionGauge, Registry, TopicMeter
@@ -53,11 +53,6 @@ def copied(rsm: LocalTieredStorage, seg: Segment) -> RemoteLogSegmentMetadata:
 def path(rsm: LocalTieredStorage, md: RemoteLogSegmentMetadata, suffix: str) -> Path:
     return rsm.storage_dir / f"{segment_stem(md)}.{suffix}"
 
-
-def flip(file: Path, at: int) -> None:
-    data = bytearray(file.read_bytes())
-    data[at] ^= 0x01
-    file.write_bytes(bytes(data))
 
 
 def checker(rsm: LocalTieredStorage) -> SegmentChecker:

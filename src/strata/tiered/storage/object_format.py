@@ -506,3 +506,53 @@ def _keys_from_config(configs: Mapping[str, Any], *, required: bool) -> KeyEncry
             raise ValueError("config 'encryption.key.pairs' is needed when 'encryption.enabled' is true")
         return None
     return KeyRing.from_config({str(k): str(v) for k, v in configs.items()})
+
+
+class BatchFeed(Protocol):
+    """What checks a decoded ``.log`` as it streams by (``strata bucket verify``'s and the scrubber's)."""
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def finish(self) -> str | None: ...
+
+
+def check_stored_object(fmt: ObjectFormat | None, manifest: SegmentManifest, suffix: str, stored_size: int,
+                        read: Callable[[int, int], bytes | memoryview], read_bytes: int,
+                        chain: BatchFeed | None = None) -> str | None:
+    """Check one stored v2 object against its manifest: the SHA-256 of every stored byte, and (with ``fmt``)
+    every chunk decoded (authenticated, decompressed) and, for a ``.log`` with ``chain``, its batches. Reads a
+    group of whole chunks at a time, at most ``read_bytes`` (one chunk when larger): ``read(start, end)``
+    returns stored bytes. The problem found, or None. Shared by ``strata bucket verify`` and the scrubber."""
+    obj = manifest.objects[suffix]
+    digest = hashlib.sha256()
+    decode_problem: str | None = None
+    sizes = obj.chunk_sizes
+    first = stored = 0
+    while first < len(sizes):
+        last, group = first + 1, sizes[first]
+        while last < len(sizes) and group + sizes[last] <= read_bytes:
+            group += sizes[last]
+            last += 1
+        data = read(stored, stored + group)
+        digest.update(data)
+        if fmt is not None and decode_problem is None:
+            start, end = first * obj.chunk_size, min(last * obj.chunk_size, obj.original_size)
+            try:
+                plain = fmt.read(manifest, suffix, lambda a, b, d=data, s=stored: d[a - s:b - s], start, end)
+            except CorruptObjectError as e:
+                decode_problem = str(e)
+            else:
+                if len(plain) != end - start:
+                    decode_problem = f"chunks {first}-{last - 1} decode to {len(plain)} bytes, {end - start} expected"
+                elif chain is not None:
+                    chain.feed(plain)
+        stored += group
+        first = last
+    if digest.hexdigest() != obj.sha256:
+        return (f"the SHA-256 of its {stored_size} stored bytes is {digest.hexdigest()[:16]}..., the manifest says "
+                f"{obj.sha256[:16]}...")
+    if decode_problem is not None:
+        return decode_problem
+    if chain is not None and (problem := chain.finish()) is not None:
+        return f"decoded, {problem}"
+    return None
