@@ -7,6 +7,8 @@ version (ZooKeeper and every disk destroyed) is tests/cluster/test_cluster_recov
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,38 @@ def test_recovery_of_a_topic_the_bucket_does_not_hold_is_refused_naming_the_conf
         assert TOPIC not in b.admin().list_topics(timeout=10).topics
     finally:
         b.stop()
+
+
+def test_a_topic_unmounted_from_one_broker_is_mounted_on_another_with_every_record(tmp_path: Path) -> None:
+    props = {**v2_broker_props(tmp_path / "keys"), "remote.log.scrubber.bytes.per.second": "0"}
+    first = TieredBroker(tmp_path / "first", **props)
+    second = TieredBroker(tmp_path / "second", **{**props, "rsm.config.dir": str(first.remote_dir)})
+    first.start()
+    second.start()
+    try:
+        first.create_topic(TOPIC, partitions=PARTITIONS, max_batches_per_segment=2, segment_bytes="4096",
+                           retention_ms="-1")
+        produce(first, 0, 25)  # the last records sit in the active segments, not uploaded
+        expected = {p: read_partition(first.bootstrap, p, 25) for p in range(PARTITIONS)}
+        assert all(len(v) == 25 for v in expected.values())
+
+        unmounted = subprocess.run([sys.executable, "-m", "strata", "bucket", "unmount", "--bootstrap-server",
+                                    first.bootstrap, "--topic", TOPIC], capture_output=True, text=True, timeout=120)
+        assert unmounted.returncode == 0, unmounted.stderr
+        assert "unmounted (2 partitions uploaded" in unmounted.stdout, unmounted.stdout
+        assert TOPIC not in first.admin().list_topics(timeout=10).topics
+
+        config = tmp_path / "second.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in second.broker.props.items()))
+        mounted = subprocess.run([sys.executable, "-m", "strata", "bucket", "mount", "--config", str(config),
+                                  "--bootstrap-server", second.bootstrap, "--topic", TOPIC],
+                                 capture_output=True, text=True, timeout=120)
+        assert mounted.returncode == 0, (mounted.stdout, mounted.stderr)
+        for p in range(PARTITIONS):  # every record, the ones that were in the active segments too
+            wait_until(f"{TOPIC}-{p} mounted", lambda p=p: second.list_offsets(TOPIC, p, -1)[0] == 25)
+            assert read_partition(second.bootstrap, p, 25) == expected[p]
+        produce(second, 100, 1)  # the topic is the second broker's now
+        assert all(second.list_offsets(TOPIC, p, -1)[0] == 26 for p in range(PARTITIONS))
+    finally:
+        second.stop()
+        first.stop()

@@ -80,8 +80,9 @@ log = logging.getLogger("strata.broker")
 
 
 def owns_remote_data(info: TopicInfo) -> bool:
-    """Whether deleting the topic deletes its remote data: not a read replica's (the origin's bucket)."""
-    return not is_read_replica(info.configs)
+    """Whether deleting the topic deletes its remote data: not a read replica's (the origin's bucket), nor an
+    unmounted topic's (left in the bucket for another cluster to mount)."""
+    return not is_read_replica(info.configs) and info.configs.get("remote.unmount", "false").lower() != "true"
 lifecycle = logging.getLogger("strata.lifecycle")  # startup/shutdown lines, shown at the default level
 
 META_PROPERTIES = "meta.properties"

@@ -65,6 +65,9 @@ LOG_CONFIG_DEF = ConfigDef([
     ConfigKey("remote.recovery", "bool", False, None,
               "Create the topic from the remote store's manifests (issue 29): its id, partitions, configs and "
               "every tiered record come back; only meaningful at creation"),
+    ConfigKey("remote.unmount", "bool", False, None,
+              "Unmount the topic into the remote store (issue 29): produce is refused, the active segments roll "
+              "and upload; deleting the topic then keeps its remote data for another cluster to mount"),
     ConfigKey("remote.read.replica", "bool", False, None,
               "A read-only mirror of a topic another cluster writes to the same remote store (issue 29): set at "
               "creation; it follows the origin's uploads and refuses produce"),
@@ -166,6 +169,7 @@ class LogConfig:
     remote_log_copy_disable: bool = False
     remote_recovery: bool = False
     remote_read_replica: bool = False
+    remote_unmount: bool = False
     remote_log_delete_on_disable: bool = False
     file_delete_delay_ms: int = 60_000
     max_message_bytes: int = 1_048_588
@@ -237,6 +241,9 @@ class LogConfig:
         if self.remote_read_replica and not self.remote_storage_enable:
             raise InvalidConfigError("remote.read.replica=true needs remote.storage.enable=true (a read replica's "
                                      "records are only in the remote store): remote.storage.enable")
+        if self.remote_unmount and not self.remote_storage_enable:
+            raise InvalidConfigError("remote.unmount=true needs remote.storage.enable=true (the topic is unmounted "
+                                     "into the remote store): remote.unmount")
         if not self.remote_storage_enable:
             return
         self.validate_remote_storage_retention()

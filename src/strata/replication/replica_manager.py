@@ -251,6 +251,10 @@ class ReplicaManager:
             raise ApiError(ErrorCode.POLICY_VIOLATION,
                            f"{tp.topic} is a read replica (remote.read.replica=true): it mirrors the topic another "
                            "cluster writes to the remote store; produce to that cluster")
+        if part.log.config.remote_unmount and origin is AppendOrigin.CLIENT:  # (transaction markers still land)
+            raise ApiError(ErrorCode.POLICY_VIOLATION,
+                           f"{tp.topic} is being unmounted into the remote store (remote.unmount=true): it takes no "
+                           "more records")
         if part.log.remote_restore_pending:  # (retriable: the client waits and sends again)
             raise ApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                            f"{tp} is being restored from remote storage (remote.recovery); its leader accepts "

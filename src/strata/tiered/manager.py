@@ -793,6 +793,9 @@ class RemoteLogManager:
             plog.update_highest_offset_in_remote_storage(offset)
             st.first_run = False
         lso = plog.last_stable_offset
+        if plog.config.remote_unmount and lso == plog.log_end_offset and plog.segments[-1].size > 0:
+            plog.roll()  # being unmounted: the active segment goes up too (nothing is appended any more)
+            log.info("%s: rolled the active segment at %d to upload it (remote.unmount)", st.tp, lso)
         if lso <= 0 or st.copied_offset >= lso:
             return
         from_offset = max(st.copied_offset + 1, plog.log_start_offset)

@@ -94,6 +94,30 @@ def _add_restore_parser(commands: Any, parents: Sequence[argparse.ArgumentParser
                               "the cluster's brokers)")
     restore.add_argument("--dry-run", action="store_true", help="say what would be restored, change nothing")
     restore.set_defaults(func=_cmd_restore, command_parser=restore)
+    unmount = commands.add_parser(
+        "unmount", parents=list(parents), help="move a topic out of a cluster into the remote store",
+        description="Set remote.unmount=true on the topic (produce is refused, the active segments roll and "
+                    "upload), wait until every record is in the remote store, then delete the topic from the "
+                    "cluster; its data stays in the store for `strata bucket mount` on another cluster.")
+    unmount.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the topic's cluster")
+    unmount.add_argument("--topic", required=True, metavar="NAME")
+    unmount.add_argument("--command-config", metavar="FILE", default=None,
+                         help="client properties for a secured listener (security.protocol, sasl.*, ssl.*)")
+    unmount.add_argument("--timeout-s", type=_positive_int, default=300, metavar="N",
+                         help="how long to wait for the uploads (default 300)")
+    unmount.set_defaults(func=_cmd_unmount, command_parser=unmount)
+    mount = commands.add_parser(
+        "mount", parents=list(parents), help="mount a topic of the remote store on a cluster",
+        description="Create the topic from the remote store on the cluster: restored (remote.recovery=true; it "
+                    "then belongs to this cluster), or with --read-only as a read replica (remote.read.replica=true: "
+                    "it follows the cluster that writes it).")
+    mount.add_argument("--config", required=True, metavar="FILE", help="a broker's properties file (the store)")
+    mount.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the cluster to mount on")
+    mount.add_argument("--topic", required=True, metavar="NAME")
+    mount.add_argument("--read-only", action="store_true", help="mount as a read replica")
+    mount.add_argument("--command-config", metavar="FILE", default=None,
+                       help="client properties for a secured listener (security.protocol, sasl.*, ssl.*)")
+    mount.set_defaults(func=_cmd_mount, command_parser=mount)
 
 
 def _add_verify_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -304,3 +328,42 @@ def _cmd_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     print(f"{len(report.restored)} topics restored, {len(report.skipped)} restored before, "
           f"{len(report.groups)} groups' offsets committed, {len(report.problems)} problems")
     return 1 if report.problems else 0
+
+
+def _cmd_unmount(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from strata.tools.admin import KafkaAdmin
+    from strata.tools.bucket_restore import unmount
+    from strata.tools.kafka_cli import command_config_security
+
+    try:
+        security = command_config_security(args, BucketError)
+        with KafkaAdmin(args.bootstrap_server, client_id="strata-bucket-unmount", security=security) as admin:
+            unmount(admin, args.topic, wait_s=args.timeout_s)
+    except Exception as e:  # noqa: BLE001 - refused, unreachable, not uploaded in time: one line, exit 1
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_mount(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from strata.tools.admin import KafkaAdmin
+    from strata.tools.bucket_restore import mount
+    from strata.tools.kafka_cli import command_config_security
+
+    try:
+        security = command_config_security(args, BucketError)
+        rsm, _fmt = open_store(args.config)
+    except BucketError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        with KafkaAdmin(args.bootstrap_server, client_id="strata-bucket-mount", security=security) as admin:
+            report = mount(rsm, admin, args.topic, read_only=args.read_only)  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - refused, unreachable: one line, exit 1
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        rsm.close()
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if report.problems or not (report.restored or report.skipped) else 0

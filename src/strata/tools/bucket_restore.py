@@ -1,4 +1,5 @@
-"""``strata bucket restore``: every topic of a bucket re-created on a (new) cluster, and the groups' offsets.
+"""``strata bucket restore`` (every topic of a bucket re-created on a cluster, and the groups' offsets), ``unmount``
+and ``mount`` (one topic moved between clusters through the bucket).
 
 Each topic the bucket describes (its latest topic manifest; ``docs/bucket-format.md``) is created on the cluster
 with ``remote.recovery=true``, which makes the cluster adopt the topic's id, partitions and configs and serve
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 
 from strata.tiered.api import ObjectStore
 from strata.tiered.recovery import RecoveryError, all_topic_manifests, plan_recovery, read_offsets
+from strata.tools.admin import RESOURCE_TOPIC
 
 RESTORE_WAIT_S = 120.0
 
@@ -106,3 +108,53 @@ def _wait_restored(admin: Any, ends: dict[tuple[str, int], int], wait_s: float, 
         report.problems.append(f"{topic}-{partition}: not restored after {wait_s:.0f} s (its log does not reach "
                                f"offset {ends[(topic, partition)]}); its groups' offsets are not committed")
         ends.pop((topic, partition), None)
+
+
+# -- unmount / mount: a topic moved between clusters through the bucket ----------------------------------------
+
+UNMOUNT_WAIT_S = 300.0
+
+
+def unmount(admin: Any, topic: str, *, wait_s: float = UNMOUNT_WAIT_S, out: TextIO = sys.stdout,
+            progress_interval_s: float = 2.0) -> None:
+    """Set ``remote.unmount=true`` (produce refused, the active segments roll and upload), wait until every
+    record of every partition is in the bucket, then delete the topic from the cluster: its remote data stays
+    (``docs/remote-storage.md``). Raises ``RuntimeError`` naming the partitions that did not finish uploading."""
+    state = admin.cluster([topic]).topics.get(topic)
+    if state is None:
+        raise RuntimeError(f"topic '{topic}' does not exist")
+    admin.incremental_alter_configs(RESOURCE_TOPIC, topic, {"remote.unmount": "true"}, [])
+    partitions = [(topic, p.partition) for p in state.partitions]
+    deadline = time.monotonic() + wait_s
+    last_print = 0.0
+    while True:
+        ends = admin.offsets(partitions, -1)
+        tiered = admin.offsets(partitions, -5)
+        # uploaded through the end (or empty: nothing to upload)
+        left = [tp for tp in partitions if (ends.get(tp) or 0) > 0 and (tiered.get(tp) or -1) + 1 < (ends[tp] or 0)]
+        if not left:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(left)} partitions of '{topic}' are not all uploaded after {wait_s:.0f} s: "
+                               + ", ".join(f"{t}-{p} (tiered to {tiered.get((t, p))}, ends at {ends.get((t, p))})"
+                                           for t, p in left[:5]))
+        if time.monotonic() - last_print >= progress_interval_s:
+            last_print = time.monotonic()
+            print(f"... {len(partitions) - len(left)}/{len(partitions)} partitions of {topic} uploaded", file=out)
+        time.sleep(0.2)
+    admin.delete_topics([topic])
+    print(f"{topic}: unmounted ({len(partitions)} partitions uploaded; the topic is deleted from the cluster, its "
+          "data stays in the remote store)", file=out)
+
+
+def mount(store: ObjectStore, admin: Any, topic: str, *, read_only: bool = False, replication_factor: int = -1,
+          out: TextIO = sys.stdout) -> RestoreReport:
+    """Mount a topic of the bucket on a cluster: restored (it then belongs to this cluster) or, ``read_only``,
+    as a read replica (it follows whoever writes it)."""
+    if not read_only:
+        return restore(store, admin, topics=[topic], replication_factor=replication_factor, out=out)
+    report = RestoreReport()
+    admin.create_topic(topic, -1, replication_factor, None, {"remote.read.replica": "true"})
+    report.restored.append(topic)
+    print(f"{topic}: mounted read-only (remote.read.replica=true)", file=out)
+    return report

@@ -26,6 +26,7 @@ READY_WAIT_S = 30.0
 
 
 READ_REPLICA_CONFIG = "remote.read.replica"
+CLUSTER_LOCAL_CONFIGS = frozenset({"remote.unmount", READ_REPLICA_CONFIG, RECOVERY_CONFIG})
 
 
 def _true(configs: Mapping[str, str], key: str) -> bool:
@@ -63,7 +64,9 @@ def merge(plan: RecoveryPlan, requested_partitions: int, requested_rf: int, defa
                        f"{manifest.partitions} partitions, the request {requested_partitions} (use -1 or "
                        f"{manifest.partitions})")
     rf = requested_rf if requested_rf != -1 else min(manifest.replication_factor or default_rf, max_rf)
-    merged = {**manifest.configs, **configs}
+    # the origin's own state is not the topic's: an unmounted topic comes back writable, a mirror's mirror is not
+    inherited = {k: v for k, v in manifest.configs.items() if k not in CLUSTER_LOCAL_CONFIGS}
+    merged = {**inherited, **configs}
     merged["remote.storage.enable"] = "true"
     return RecoveredTopic(plan, manifest.partitions, rf, merged)
 
