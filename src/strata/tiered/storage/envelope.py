@@ -23,7 +23,10 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +186,47 @@ class EncodedSegment:
     aad: bytes | None
 
 
+COMPRESS_THREADS = max(1, min(2, os.cpu_count() or 1))
+"""Chunks compressed at once during an encode: zstd (cramjam) releases the GIL, so a segment's upload uses a
+second core while the first encrypts and writes."""
+_compress_pool: ThreadPoolExecutor | None = None
+_compress_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _compress_pool
+    with _compress_pool_lock:
+        if _compress_pool is None:
+            _compress_pool = ThreadPoolExecutor(COMPRESS_THREADS, thread_name_prefix="zstd-encode")
+        return _compress_pool
+
+
+def _counted(chunks: Iterable[bytes], lengths: list[int]) -> Iterator[bytes]:
+    for chunk in chunks:
+        lengths.append(len(chunk))
+        yield chunk
+
+
+def _compress_ahead(chunks: Iterator[bytes], level: int) -> Iterator[bytes]:
+    """zstd of each chunk, in order, with up to ``COMPRESS_THREADS`` chunks compressing at once."""
+    if COMPRESS_THREADS == 1:
+        for chunk in chunks:
+            yield bytes(cramjam.zstd.compress(chunk, level=level))
+        return
+    pool = _pool()
+    pending: deque[Future[bytes]] = deque()
+    try:
+        for chunk in chunks:
+            pending.append(pool.submit(lambda c=chunk: bytes(cramjam.zstd.compress(c, level=level))))
+            if len(pending) > COMPRESS_THREADS:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+
+
 class SegmentCodec:
     """Encode a segment chunk by chunk into one stored object; decode any original byte range of it."""
 
@@ -207,15 +251,15 @@ class SegmentCodec:
         aad = os.urandom(AAD_BYTES) if data_key is not None else None
         aes = AESGCM(data_key) if data_key is not None else None
         sizes: list[int] = []
-        total = 0
-        for number, chunk in enumerate(chunks):
-            total += len(chunk)
-            stored = bytes(cramjam.zstd.compress(chunk, level=self.level)) if compressed else chunk
+        lengths: list[int] = []
+        plain = _counted(chunks, lengths)
+        for number, stored in enumerate(_compress_ahead(plain, self.level) if compressed else plain):
             if aes is not None:
                 iv = os.urandom(IV_BYTES)
                 stored = iv + aes.encrypt(iv, stored, _chunk_aad(aad, number))
             write(stored)
             sizes.append(len(stored))
+        total = sum(lengths)
         if total != original_size:
             raise ValueError(f"encoded {total} bytes, the segment has {original_size}")
         wrapped = self.keyring.wrap(data_key) if self.keyring is not None and data_key is not None else None
