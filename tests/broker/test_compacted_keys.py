@@ -62,6 +62,12 @@ def _produce_batch(bootstrap: str, topic: str, records: list[tuple[bytes | None,
 MIXED = [(b"k0", b"v0"), (None, b"v1"), (b"k2", b"v2"), (None, b"v3"), (b"k4", b"v4")]
 
 
+@pytest.fixture(scope="module")
+def broker(shared_broker: BrokerProcess) -> BrokerProcess:
+    """One broker for the module (a start is a second or two of CPU): every test uses topics of its own."""
+    return shared_broker
+
+
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
 def test_confluent_kafka_keyless_records_fail_and_the_rest_of_the_batch_too(broker: BrokerProcess,
                                                                            policy: str) -> None:
@@ -83,18 +89,19 @@ def test_confluent_kafka_keyless_records_fail_and_the_rest_of_the_batch_too(brok
 
 
 def test_confluent_kafka_delete_topic_accepts_keyless_records(broker: BrokerProcess) -> None:
-    _create(broker.bootstrap, {"plain": "delete"})
-    reports = _produce_batch(broker.bootstrap, "plain", MIXED)
+    _create(broker.bootstrap, {"delete-only": "delete"})
+    reports = _produce_batch(broker.bootstrap, "delete-only", MIXED)
     assert [err for err, _ in reports] == [None] * len(MIXED)
-    assert _watermarks(broker.bootstrap, "plain") == (0, len(MIXED))
+    assert _watermarks(broker.bootstrap, "delete-only") == (0, len(MIXED))
 
 
 @pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD])
 def test_produce_response_names_the_keyless_records(broker: BrokerProcess, codec: CompressionType) -> None:
-    _create(broker.bootstrap, {"compacted": "compact", "both": "compact,delete", "plain": "delete"})
+    compacted, both, plain = (f"{name}-{codec.name.lower()}" for name in ("compacted", "both", "plain"))
+    _create(broker.bootstrap, {compacted: "compact", both: "compact,delete", plain: "delete"})
     mixed = build_batch([(b"k", b"v"), (None, b"v"), (b"k", b"v"), (None, b"v"), (None, None)], compression=codec)
     with WireClient(broker.bootstrap) as client:
-        for topic in ("compacted", "both"):
+        for topic in (compacted, both):
             resp = produce(client, topic, 0, mixed)
             assert int(resp.error_code) == 87  # INVALID_RECORD
             assert int(resp.base_offset) == -1
@@ -109,8 +116,8 @@ def test_produce_response_names_the_keyless_records(broker: BrokerProcess, codec
             keyed = produce(client, topic, 0, build_batch([(b"k", b"v"), (b"k", None)], compression=codec))
             assert (int(keyed.error_code), int(keyed.base_offset), list(keyed.record_errors)) == (0, 0, [])
 
-        plain = produce(client, "plain", 0, mixed)
-        assert (int(plain.error_code), int(plain.base_offset), list(plain.record_errors)) == (0, 0, [])
-    assert _watermarks(broker.bootstrap, "compacted") == (0, 2)
-    assert _watermarks(broker.bootstrap, "both") == (0, 2)
-    assert _watermarks(broker.bootstrap, "plain") == (0, 5)
+        resp = produce(client, plain, 0, mixed)
+        assert (int(resp.error_code), int(resp.base_offset), list(resp.record_errors)) == (0, 0, [])
+    assert _watermarks(broker.bootstrap, compacted) == (0, 2)
+    assert _watermarks(broker.bootstrap, both) == (0, 2)
+    assert _watermarks(broker.bootstrap, plain) == (0, 5)
