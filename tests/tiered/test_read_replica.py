@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
+from tests.broker.kafka_wire import WireClient
+from tests.broker.kafka_wire import produce as produce_request
 from tests.support.keys import v2_broker_props
 from tests.tiered.harness import WAIT_S, Record, S3TieredBroker, TieredBroker, read_range, wait_until
+
+from strata.protocol.records import build_batch
 
 TOPIC = "events"
 
@@ -74,7 +78,12 @@ def test_a_read_replica_follows_its_origin_refuses_produce_and_leaves_the_bucket
         p.produce(TOPIC, b"nope", partition=0, on_delivery=lambda err, _m: errors.append(err))
         p.flush(15)
         assert errors and errors[0] is not None and errors[0].code() == KafkaError.POLICY_VIOLATION, errors
-        assert latest(replica) == end
+        with WireClient(replica.bootstrap) as client:  # the broker's message, as Produce v8+ carries it
+            answer = produce_request(client, TOPIC, 0, build_batch([(b"k", b"nope")]))
+        assert int(answer.error_code) == KafkaError.POLICY_VIOLATION
+        assert "is a read replica" in answer.error_message and "produce to that cluster" in answer.error_message
+        # (the replica keeps following the origin's uploads meanwhile: its end may move, never by a refused record)
+        assert b"nope" not in {v for _o, _k, v, _t in read(replica.bootstrap, 0, latest(replica))}
 
         # the origin's retention deletes old segments: the replica's log start follows
         origin.alter_topic(TOPIC, {"retention.bytes": "3000"})

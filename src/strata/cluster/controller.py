@@ -179,7 +179,7 @@ class KafkaController:
             "topic": self._on_topic_change, "deletions": self._on_deletions, "elect_leaders": self._elect_leaders,
             "controlled_shutdown": self._controlled_shutdown, "reassign": self._reassign,
             "rebalance": self._auto_rebalance, "shutdowns": self._on_shutdown_requests,
-            "unclean_enabled": self._on_unclean_enabled,
+            "unclean_enabled": self._on_unclean_enabled, "reconcile": self._reconcile,
         }
         while True:
             queued_at, kind, payload, fut = await self._queue.get()
@@ -365,6 +365,10 @@ class KafkaController:
         current = self.states.get(tp)
         if current is None or state.partition_epoch > current.partition_epoch:
             self.states[tp] = state
+            # A leader took a replica back into the ISR that has died again since (before this controller even
+            # handled its return, so its death changed nothing in the live set it knows): take it out now.
+            if self.active and self.live and any(r not in self.live for r in state.isr):
+                self.enqueue("reconcile", [tp])
 
     def _forget_topic(self, name: str) -> None:
         self.assignments.pop(name, None)
