@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from strata.config.broker_config import BrokerConfig
 from strata.config.defs import parse_properties
@@ -49,6 +49,9 @@ from strata.tools.bucket_verify import (
     print_report,
     read_remote_log_metadata,
 )
+
+if TYPE_CHECKING:  # (the restore module loads the admin client: only the commands that use it import it)
+    from strata.tools.bucket_restore import RestoreReport
 
 PROGRESS_INTERVAL_S = 2.0
 
@@ -299,10 +302,11 @@ def _cmd_verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return 1 if report.unrepaired else 0
 
 
-def _cmd_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``strata bucket restore``: 0 when every topic (and group) was restored or was already, 1 otherwise."""
+def _store_and_cluster(args: argparse.Namespace, client_id: str,
+                       run: Callable[[Any, Any], RestoreReport]) -> RestoreReport | None:
+    """``run(store, admin)`` with the store ``--config`` configures and an admin client of ``--bootstrap-server``;
+    None (after one ``error:`` line) when either cannot be reached or the run fails."""
     from strata.tools.admin import KafkaAdmin
-    from strata.tools.bucket_restore import restore
     from strata.tools.kafka_cli import command_config_security
 
     try:
@@ -310,19 +314,27 @@ def _cmd_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         rsm, _fmt = open_store(args.config)
     except BucketError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return None
     try:
-        with KafkaAdmin(args.bootstrap_server, client_id="strata-bucket-restore", security=security) as admin:
-            report = restore(rsm, admin, topics=args.topic,  # type: ignore[arg-type]
-                             replication_factor=args.replication_factor or -1, dry_run=args.dry_run)
+        with KafkaAdmin(args.bootstrap_server, client_id=client_id, security=security) as admin:
+            return run(rsm, admin)
     except (RemoteStorageError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
     except Exception as e:  # noqa: BLE001 - the cluster unreachable or refusing: one line, exit 1
         print(f"error: {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
     finally:
         rsm.close()
+    return None
+
+
+def _cmd_restore(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``strata bucket restore``: 0 when every topic (and group) was restored or was already, 1 otherwise."""
+    from strata.tools.bucket_restore import restore
+
+    report = _store_and_cluster(args, "strata-bucket-restore", lambda rsm, admin: restore(
+        rsm, admin, topics=args.topic, replication_factor=args.replication_factor or -1, dry_run=args.dry_run))
+    if report is None:
+        return 1
     for problem in report.problems:
         print(f"error: {problem}", file=sys.stderr)
     print(f"{len(report.restored)} topics restored, {len(report.skipped)} restored before, "
@@ -346,24 +358,12 @@ def _cmd_unmount(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 
 def _cmd_mount(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from strata.tools.admin import KafkaAdmin
     from strata.tools.bucket_restore import mount
-    from strata.tools.kafka_cli import command_config_security
 
-    try:
-        security = command_config_security(args, BucketError)
-        rsm, _fmt = open_store(args.config)
-    except BucketError as e:
-        print(f"error: {e}", file=sys.stderr)
+    report = _store_and_cluster(args, "strata-bucket-mount",
+                                lambda rsm, admin: mount(rsm, admin, args.topic, read_only=args.read_only))
+    if report is None:
         return 1
-    try:
-        with KafkaAdmin(args.bootstrap_server, client_id="strata-bucket-mount", security=security) as admin:
-            report = mount(rsm, admin, args.topic, read_only=args.read_only)  # type: ignore[arg-type]
-    except Exception as e:  # noqa: BLE001 - refused, unreachable: one line, exit 1
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    finally:
-        rsm.close()
     for problem in report.problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if report.problems or not (report.restored or report.skipped) else 0
