@@ -59,6 +59,7 @@ from strata.config.broker_config import (
     listener_config_base,
     merge_dynamic_configs,
 )
+from strata.config.group_config import ConsumerGroupConfig, GroupSettings
 from strata.config.log_config import LOG_CONFIG_DEF, TOPIC_CONFIG_ALIASES, LogConfig, canonical_topic_configs
 from strata.config.security_config import is_sensitive
 from strata.errors import ApiError, ErrorCode, InvalidConfigError
@@ -100,6 +101,8 @@ class ConfigSource(IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    DYNAMIC_CLIENT_METRICS_CONFIG = 7
+    DYNAMIC_GROUP_CONFIG = 8
 
 
 class ConfigType(IntEnum):
@@ -642,6 +645,11 @@ async def alter_resource(broker: ConfigResources, resource_type: int, resource_n
         broker.topics.check_configs(overrides, resource_name)
         if not validate_only:
             await broker.admin.set_topic_configs(resource_name, overrides)
+    elif resource_type == ResourceType.GROUP:
+        groups = getattr(broker, "group_configs", None)
+        if groups is None:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Group configs are not available on this broker")
+        await groups.alter(resource_name, changes, incremental=incremental, validate_only=validate_only)
     elif resource_type == ResourceType.BROKER:
         check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
         store: DynamicBrokerConfigs | None = getattr(broker, "dynamic_configs", None)
@@ -667,4 +675,34 @@ def describe_resource(broker: ConfigResources, views: ConfigViews, resource_type
         if resource_name == "":
             return select(views.default_broker_configs(), keys)  # the cluster-wide dynamic defaults
         return select(views.broker_configs(), keys)
+    if resource_type == ResourceType.GROUP:
+        groups = getattr(broker, "group_configs", None)
+        if groups is None:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Group configs are not available on this broker")
+        if not resource_name:
+            raise ApiError(ErrorCode.INVALID_REQUEST, "Group name must not be empty.")
+        return select(group_config_views(groups.overrides(resource_name), groups.settings(resource_name),
+                                         groups.defaults), keys)
     raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource_type)}")
+
+
+def group_config_views(overrides: Mapping[str, str], settings: GroupSettings,
+                       defaults: ConsumerGroupConfig) -> list[ConfigView]:
+    """Every GROUP key (Kafka's ``GroupConfig``), sorted: the group's own value (DYNAMIC_GROUP_CONFIG) or the
+    broker's ``group.<key>`` (DEFAULT_CONFIG when not set in server.properties either)."""
+    effective = {"consumer.session.timeout.ms": settings.session_timeout_ms,
+                 "consumer.heartbeat.interval.ms": settings.heartbeat_interval_ms}
+    broker = {"consumer.session.timeout.ms": defaults.session_timeout_ms,
+              "consumer.heartbeat.interval.ms": defaults.heartbeat_interval_ms}
+    out = []
+    for name in sorted(effective):
+        synonyms: list[Synonym] = []
+        if name in overrides:
+            source = ConfigSource.DYNAMIC_GROUP_CONFIG
+            synonyms.append(Synonym(name, overrides[name], source))
+        else:
+            source = ConfigSource.DEFAULT_CONFIG
+        synonyms.append(Synonym(f"group.{name}", str(broker[name]), ConfigSource.DEFAULT_CONFIG))
+        out.append(ConfigView(name, str(effective[name]), source, False, ConfigType.INT, tuple(synonyms),
+                              f"The {name.replace('.', ' ')} of this group's members"))
+    return out

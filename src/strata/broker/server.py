@@ -37,6 +37,7 @@ from strata.broker.diskless_metrics import register_diskless_metrics
 from strata.broker.diskless_observer import DisklessMetadataObserver
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
+from strata.broker.group_configs import GROUPS_ENTITY, GroupConfigStore
 from strata.broker.inter_broker import inter_broker_security
 from strata.broker.leader_producer import LeaderProducer
 from strata.broker.listeners import ListenerRuntime
@@ -187,6 +188,7 @@ class Broker:
         self.diskless_metrics = register_diskless_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()
+        self.group_configs: GroupConfigStore | None = None  # per-group configs (GROUP resources), set in start()
         self.quota_managers = ClientQuotaManagers(config.quota_window_num, config.quota_window_size_seconds)
         self.throttler = Throttler(self.quota_managers, self.metrics)
         self.client_quotas: ClientQuotaStore | None = None  # the quota entities, set in start()
@@ -407,6 +409,10 @@ class Broker:
         self.user_credentials = UserCredentials(self.config.log_dirs[0], users_zk)
         await self.user_credentials.start()  # starts the users mirror, which the quota store listens to too
         await quotas.start()
+        self.group_configs = GroupConfigStore(
+            self.config.log_dirs[0], self.config.consumer_groups,
+            EntityConfigsZk(self.cluster.zk, GROUPS_ENTITY) if self.cluster is not None else None)
+        await self.group_configs.start()
         self.client_quotas = quotas
         await self.authorization.start()
         self.groups = GroupCoordinator(self)
@@ -756,6 +762,8 @@ class Broker:
             await self.admin_http.stop()
         if self.user_credentials is not None:
             self.user_credentials.stop()
+        if self.group_configs is not None:
+            self.group_configs.stop()
         if self.client_quotas is not None:
             self.client_quotas.stop()
         self.authorization.stop()

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from strata.broker.client_quotas import ClientQuotaStore
     from strata.broker.cluster_services import ClusterView, TopicAdmin
     from strata.broker.dynamic_config import DynamicBrokerConfigs
+    from strata.broker.group_configs import GroupConfigStore
     from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
     from strata.broker.topics import TopicRegistry
     from strata.broker.transactions import TransactionService
@@ -52,6 +53,7 @@ class BrokerServices(Protocol):
     stats: TieredStats  # per-topic byte meters
     authorization: Authorization
     user_credentials: UserCredentials | None
+    group_configs: GroupConfigStore | None
     client_quotas: ClientQuotaStore | None
     replication_quotas: ReplicationQuotas  # KIP-73: the leader side is applied to follower fetches
     dynamic_configs: DynamicBrokerConfigs

@@ -21,6 +21,7 @@ from strata.config.cleaner_config import CLEANER_KEYS, CLEANER_TOPIC_DEFAULTS, C
 from strata.config.cluster_config import CLUSTER_KEYS, ClusterConfig
 from strata.config.defs import ConfigDef, ConfigKey, at_least, between, list_of, one_of, parse_properties
 from strata.config.diskless_config import DISKLESS_KEYS, DisklessConfig
+from strata.config.group_config import GROUP_COORDINATOR_KEYS, ConsumerGroupConfig
 from strata.config.kafka_broker_configs import KAFKA_BROKER_CONFIG_NAMES
 from strata.config.log_config import LOG_CONFIG_DEF, LogConfig
 from strata.config.remote_log_config import REMOTE_LOG_KEYS, RemoteLogManagerConfig
@@ -41,16 +42,16 @@ HOUR_MS = 60 * 60 * 1000
 
 def _rebalance_protocols(protocols: list[str]) -> str | None:
     """Kafka's values are classic, consumer (KIP-848), share (KIP-932) and streams (KIP-1071), with classic
-    required. Strata's coordinator has only the classic protocol: a config naming another would be accepted
-    and silently not honoured, so it is refused until those protocols exist."""
+    required. A protocol Strata does not speak (streams, and share until share groups exist) would be
+    accepted and silently not honoured, so it is refused."""
     unknown = [p for p in protocols if p not in ("classic", "consumer", "share", "streams")]
     if unknown:
         return f"{unknown[0]!r} is not one of classic, consumer, share, streams"
     if "classic" not in protocols:
         return "disabling the 'classic' protocol is not supported"
-    others = [p for p in protocols if p != "classic"]
+    others = [p for p in protocols if p not in ("classic", "consumer")]
     if others:
-        return f"the {others[0]} group protocol is not supported by Strata's group coordinator (classic only)"
+        return f"the {others[0]} group protocol is not supported by Strata's group coordinator"
     return None
 
 
@@ -80,8 +81,8 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("group.min.session.timeout.ms", "int", 6000, at_least(0), ""),
     ConfigKey("group.max.session.timeout.ms", "int", 1_800_000, at_least(0), ""),
     ConfigKey("group.max.size", "int", 2**31 - 1, at_least(1), ""),
-    ConfigKey("group.coordinator.rebalance.protocols", "list", ["classic"], _rebalance_protocols,
-              "The group protocols the coordinator speaks: classic only (KIP-848 and KIP-932 are not built yet)"),
+    ConfigKey("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"], _rebalance_protocols,
+              "The group protocols the coordinator speaks: classic, and consumer (KIP-848) unless left out"),
     ConfigKey("offsets.topic.num.partitions", "int", 50, at_least(1), "Partitions of __consumer_offsets"),
     ConfigKey("offsets.topic.replication.factor", "int", 3, at_least(1),
               "Replication factor of __consumer_offsets in cluster mode (a single node uses 1)"),
@@ -130,6 +131,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     *REMOTE_LOG_KEYS,
     *CLUSTER_KEYS,
     *TRANSACTION_KEYS,
+    *GROUP_COORDINATOR_KEYS,
     *DISKLESS_KEYS,
     *CLEANER_KEYS,
     *SECURITY_KEYS,
@@ -168,6 +170,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     group_max_size: int
+    group_rebalance_protocols: tuple[str, ...]
     offsets_topic_num_partitions: int
     offsets_topic_segment_bytes: int
     offsets_retention_ms: int
@@ -184,6 +187,7 @@ class BrokerConfig:
     log_config: LogConfig
     raw: Mapping[str, str] = field(repr=False)  # holds passwords: never in a printed config
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
     diskless: DisklessConfig = field(default_factory=DisklessConfig)
     connections_max_reauth_ms: int = 0
     connection_failed_authentication_delay_ms: int = 100
@@ -232,6 +236,7 @@ class BrokerConfig:
             group_min_session_timeout_ms=p["group.min.session.timeout.ms"],
             group_max_session_timeout_ms=p["group.max.session.timeout.ms"],
             group_max_size=p["group.max.size"],
+            group_rebalance_protocols=tuple(p["group.coordinator.rebalance.protocols"]),
             offsets_topic_num_partitions=p["offsets.topic.num.partitions"],
             offsets_topic_segment_bytes=p["offsets.topic.segment.bytes"],
             offsets_retention_ms=p["offsets.retention.minutes"] * 60_000,
@@ -245,6 +250,7 @@ class BrokerConfig:
             remote=RemoteLogManagerConfig.from_parsed(p, props),
             cluster=ClusterConfig.from_parsed(p),
             transactions=TransactionConfig.from_parsed(p),
+            consumer_groups=ConsumerGroupConfig.from_parsed(p),
             cleaner=CleanerConfig.from_parsed(p),
             diskless=DisklessConfig.from_parsed(p),
             connections_max_reauth_ms=p["connections.max.reauth.ms"],

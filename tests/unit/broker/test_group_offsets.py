@@ -224,7 +224,7 @@ def test_last_record_wins_and_tombstones_delete() -> None:
     assert m.groups["g"].generation == 4 and m.groups["g"].state is GroupState.EMPTY
     m.replay(gkey, None)
     assert "g" not in m.groups
-    m.replay(b"\x00\x05whatever", b"ignored")  # records of newer coordinators are skipped
+    m.replay(b"\x00\x11whatever", b"ignored")  # streams-group records (type 17) are skipped
 
 
 # -- expiry -------------------------------------------------------------------------------------

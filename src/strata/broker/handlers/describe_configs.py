@@ -7,8 +7,9 @@ own (unknown topic, another broker's id, an unsupported resource type) with an e
 in Kafka's ``ConfigHelper.describeConfigs``.
 
 Authorization (Kafka's ``ConfigHelper.handleDescribeConfigsRequest``): DESCRIBE_CONFIGS on the topic for a
-TOPIC resource (TOPIC_AUTHORIZATION_FAILED), on the cluster for BROKER, BROKER_LOGGER and CLIENT_METRICS
-resources (CLUSTER_AUTHORIZATION_FAILED), each resource on its own and before its existence.
+TOPIC resource (TOPIC_AUTHORIZATION_FAILED), on the group for a GROUP resource (GROUP_AUTHORIZATION_FAILED), on
+the cluster for BROKER, BROKER_LOGGER and CLIENT_METRICS resources (CLUSTER_AUTHORIZATION_FAILED), each resource
+on its own and before its existence.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def config_authorization_error(ctx: RequestContext, operation: AclOperation, res
     elif resource_type in CLUSTER_RESOURCES:
         if not ctx.authorize_cluster(operation):
             return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    elif resource_type == ResourceType.GROUP:
+        if not ctx.authorize(operation, AclResourceType.GROUP, resource_name):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
     return None
 
 

@@ -1,7 +1,7 @@
 """ListGroups: every group this coordinator knows, filtered by state (v4+) and type (v5+).
 
-Filters compare case-insensitively, as Kafka does. All groups here are classic groups (type
-``classic``), so a types filter without "classic" lists nothing.
+Filters compare case-insensitively, as Kafka does. Groups are ``classic`` or ``consumer`` (KIP-848; their
+protocol type is ``consumer`` and their states Empty, Assigning, Reconciling, Stable), KIP-1043's types.
 
 With an authorizer, as in Kafka: a principal with DESCRIBE on the cluster sees every group; any other
 sees only the groups it may DESCRIBE (and no error).

@@ -33,8 +33,8 @@ def _missing(partition: int, code: int) -> dict[str, Any]:
             "error_code": code}
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any,
-                 require_stable: bool) -> tuple[int, list[dict[str, Any]]]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool,
+                 member: tuple[str | None, int] = (None, -1)) -> tuple[int, list[dict[str, Any]]]:
     """(group error, response topics) for one group; topics carry both name and id (the version keeps one)."""
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
@@ -66,6 +66,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any,
         return code, [{"name": n, "topic_id": _id_of(ctx, n), "partitions": [_missing(p, code) for p in ps]}
                       for n, ps in requested or []]
     try:
+        manager.validate_offset_fetch(group_id, *member)  # v9+: a consumer group's member at its epoch
         found = manager.fetch_offsets(group_id, requested, require_stable)
     except GroupError as e:
         return e.error_code, [{"name": n, "topic_id": _id_of(ctx, n),
@@ -92,7 +93,8 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if ctx.version >= MULTI_GROUP_VERSION:
         groups = []
         for g in request.groups:
-            code, topics = _fetch_group(ctx, g.group_id, g.topics, require_stable)
+            member = (getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            code, topics = _fetch_group(ctx, g.group_id, g.topics, require_stable, member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return ctx.respond(throttle_time=0, groups=groups)
     code, topics = _fetch_group(ctx, request.group_id, request.topics, require_stable)

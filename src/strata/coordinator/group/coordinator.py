@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
+from uuid import UUID
 
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
+from strata.config.group_config import GroupSettings
 from strata.coordinator.group.manager import NO_PRODUCER_ID, GroupConfig, GroupMetadataManager, Record, TxnProducer
 from strata.coordinator.group.records import partition_for
 from strata.coordinator.group.timer import LoopTimer
@@ -78,6 +80,44 @@ class TopicSize(Protocol):
 
 class TopicLookup(Protocol):
     def get(self, name: str) -> TopicSize | None: ...
+
+
+class TopicFacts(Protocol):
+    name: str
+    topic_id: UUID
+    partitions: int
+
+
+class TopicCatalog(Protocol):
+    """What KIP-848 groups need beyond sizes: ids, and every name (regular expressions)."""
+
+    def get(self, name: str) -> TopicFacts | None: ...
+
+    def by_id(self, topic_id: UUID) -> TopicFacts | None: ...
+
+    def __iter__(self) -> Iterator[TopicFacts]: ...
+
+
+class GroupSettingsSource(Protocol):
+    def settings(self, group_id: str) -> GroupSettings: ...
+
+
+class CatalogTopics:
+    """:class:`strata.coordinator.group.consumer_manager.TopicsView` over the broker's topic registry."""
+
+    def __init__(self, topics: TopicCatalog) -> None:
+        self._topics = topics
+
+    def topic(self, name: str) -> tuple[UUID, int] | None:
+        info = self._topics.get(name)
+        return (info.topic_id, info.partitions) if info is not None else None
+
+    def name_of(self, topic_id: UUID) -> str | None:
+        info = self._topics.by_id(topic_id)
+        return info.name if info is not None else None
+
+    def names(self) -> list[str]:
+        return [t.name for t in self._topics]
 
 
 class OffsetsTopicAdmin(Protocol):
@@ -120,6 +160,13 @@ class GroupCoordinator:
         self._last_write: dict[int, int] = {}  # partition -> next offset after this broker's last write
         self._creating: asyncio.Task[None] | None = None
 
+    def _group_settings(self, group_id: str) -> GroupSettings:
+        source: GroupSettingsSource | None = getattr(self.broker, "group_configs", None)
+        if source is not None:
+            return source.settings(group_id)
+        cfg = self.broker.config.consumer_groups
+        return GroupSettings(cfg.session_timeout_ms, cfg.heartbeat_interval_ms)
+
     def owns(self, group_id: str) -> bool:
         return not self.clustered or self.partition_for(group_id) in self.loaded
 
@@ -147,7 +194,9 @@ class GroupCoordinator:
                 initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
                 offsets_retention_ms=cfg.offsets_retention_ms,
             ),
-            self._timer, broker.clock, self._write)
+            self._timer, broker.clock, self._write, consumer_config=cfg.consumer_groups,
+            topics=CatalogTopics(broker.topics),  # type: ignore[arg-type]
+            group_settings=self._group_settings)
         if not self.clustered:
             self._load(manager)
             manager.on_loaded()
@@ -219,9 +268,9 @@ class GroupCoordinator:
         plog = self.broker.replicas.local_log(tp)
         if plog is None:
             return
-        before = set(manager.groups)
+        before = set(manager.groups) | set(manager.consumer.groups)
         self._replay_log(manager, tp, plog, plog.log_end_offset)
-        manager.on_loaded({g for g in manager.groups if g not in before})
+        manager.on_loaded({g for g in (*manager.groups, *manager.consumer.groups) if g not in before})
         self.loaded.add(partition)
         log.info("coordinating the groups of %s", tp)
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from strata.common import Clock
+from strata.config.group_config import ConsumerGroupConfig, GroupSettings
+from strata.coordinator.group import modern_records
 from strata.coordinator.group.classic import (
     GROUP_SUBSCRIBED_TO_TOPIC,
     UNKNOWN_MEMBER_ID,
@@ -45,6 +47,8 @@ from strata.coordinator.group.classic import (
     Response,
     Waiter,
 )
+from strata.coordinator.group.consumer import ConsumerGroup
+from strata.coordinator.group.consumer_manager import ConsumerGroupManager, TopicsView
 from strata.coordinator.group.records import (
     OFFSET_COMMIT_VALUE_VERSION,
     OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY,
@@ -77,6 +81,12 @@ NO_PRODUCER_ID = -1  # RecordBatch.NO_PRODUCER_ID: a record that is not part of 
 NO_APPEND_OFFSET = -1  # the writer did not say where the batch went (test fakes)
 
 Record = tuple[bytes, bytes | None]
+CONSUMER_GROUP_KEYS = (modern_records.ConsumerGroupMetadataKey, modern_records.ConsumerGroupPartitionMetadataKey,
+                       modern_records.ConsumerGroupMemberMetadataKey,
+                       modern_records.ConsumerGroupTargetAssignmentMetadataKey,
+                       modern_records.ConsumerGroupTargetAssignmentMemberKey,
+                       modern_records.ConsumerGroupCurrentMemberAssignmentKey,
+                       modern_records.ConsumerGroupRegularExpressionKey)
 TxnProducer = tuple[int, int]  # (producer id, producer epoch) of a transactional write
 
 
@@ -220,13 +230,30 @@ def txn_offset_append_error(code: int) -> int:
     return code
 
 
+class _NoTopics:
+    def topic(self, name: str) -> None:
+        return None
+
+    def name_of(self, topic_id: object) -> None:
+        return None
+
+    def names(self) -> list[str]:
+        return []
+
+
 class GroupMetadataManager:
-    def __init__(self, config: GroupConfig, timer: Timer, clock: Clock, writer: Writer) -> None:
+    def __init__(self, config: GroupConfig, timer: Timer, clock: Clock, writer: Writer, *,
+                 consumer_config: ConsumerGroupConfig | None = None, topics: TopicsView | None = None,
+                 group_settings: Callable[[str], GroupSettings] | None = None) -> None:
         self.config = config
         self.timer = timer
         self.clock = clock
         self._writer = writer
         self.groups: dict[str, ClassicGroup] = {}
+        # KIP-848 consumer groups: their own state machine, the same id namespace and offsets
+        self.consumer = ConsumerGroupManager(consumer_config or ConsumerGroupConfig(), timer, clock,
+                                             topics or _NoTopics(), self._write, group_settings,
+                                             lambda: self.groups, self._drop_replaced_classic)
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         # Kafka's pendingTransactionalOffsetCommits: group -> producer id -> (topic, partition) -> offset
         self.pending_txn_offsets: dict[str, dict[int, dict[tuple[str, int], OffsetAndMetadata]]] = {}
@@ -254,6 +281,34 @@ class GroupMetadataManager:
         """The base offset of the appended batch (NO_APPEND_OFFSET when the writer does not say)."""
         offset = self._writer(group_id, records) if producer is None else self._writer(group_id, records, producer)
         return NO_APPEND_OFFSET if offset is None else offset
+
+    def _drop_replaced_classic(self, group_id: str) -> None:
+        """An empty classic group became a consumer group (its offsets stay)."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            self.timer.cancel(self._join_key(group_id))
+            self.timer.cancel(self._sync_key(group_id))
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        group = self.consumer.groups.get(group_id)
+        return group if group is not None and not group.dead else None
+
+    def _convert_empty_consumer_group(self, group_id: str) -> int:
+        """A classic JoinGroup for a consumer group: an empty one becomes classic (Kafka's offline downgrade,
+        its offsets kept); one with members answers INCONSISTENT_GROUP_PROTOCOL (mixed groups are not
+        supported), as does any when ``group.consumer.migration.policy`` forbids the downgrade."""
+        group = self.consumer_group(group_id)
+        if group is None:
+            return ErrorCode.NONE
+        if group.members or self.consumer.config.migration_policy not in ("bidirectional", "downgrade"):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        try:
+            self._write(group_id, self.consumer.encode(self.consumer.group_tombstones(group)))
+        except KafkaError as e:
+            return group_append_error(e)
+        self.consumer.unload(lambda gid: gid == group_id)
+        log.info("empty consumer group %s converted to a classic group", group_id)
+        return ErrorCode.NONE
 
     def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> Record:
         members = tuple(
@@ -292,6 +347,10 @@ class GroupMetadataManager:
             respond(join_error(req.member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
             return
         unknown = req.member_id == UNKNOWN_MEMBER_ID
+        code = self._convert_empty_consumer_group(req.group_id)
+        if code:
+            respond(join_error(req.member_id, code))
+            return
         group = self.groups.get(req.group_id)
         if group is None:
             if not unknown:
@@ -777,9 +836,9 @@ class GroupMetadataManager:
 
     def list_groups(self, states: set[str] | None = None, types: set[str] | None = None) -> list[Response]:
         """``states``/``types`` are lower-case filters; empty or None means all."""
+        out = [] if types and "consumer" not in types else self.consumer.list_groups(states)
         if types and GROUP_TYPE_CLASSIC not in types:
-            return []
-        out = []
+            return out
         for group in self.groups.values():
             if group.is_in(DEAD) or (states and group.state.value.lower() not in states):
                 continue
@@ -792,6 +851,10 @@ class GroupMetadataManager:
         for gid in group_ids:
             if gid is None:
                 results.append((gid, ErrorCode.INVALID_GROUP_ID))
+                continue
+            consumer_group = self.consumer_group(gid)
+            if consumer_group is not None:
+                results.append((gid, self._delete_consumer_group(consumer_group)))
                 continue
             group = self.groups.get(gid)
             if group is None or group.is_in(DEAD):
@@ -811,6 +874,22 @@ class GroupMetadataManager:
             log.info("deleted group %s", gid)
             results.append((gid, ErrorCode.NONE))
         return results
+
+    def _delete_consumer_group(self, group: ConsumerGroup) -> int:
+        gid = group.group_id
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        records: list[Record] = [(encode_offset_commit_key(gid, t, p), None) for t, p in self.offsets.get(gid, {})]
+        records += self.consumer.encode(self.consumer.group_tombstones(group))
+        try:
+            self._write(gid, records)
+        except KafkaError as e:
+            return group_append_error(e)
+        self.consumer.unload(lambda g: g == gid)
+        self.offsets.pop(gid, None)
+        self._forget_pending_txn_offsets(gid)
+        log.info("deleted consumer group %s", gid)
+        return ErrorCode.NONE
 
     def _drop_group(self, group: ClassicGroup) -> None:
         gid = group.group_id
@@ -832,7 +911,7 @@ class GroupMetadataManager:
             group = self._validate_offset_commit(req)
         except GroupError as e:
             return dict.fromkeys(keys, e.error_code)
-        if group.is_in(STABLE, PREPARING):  # a commit from a member keeps its session alive
+        if group is not None and group.is_in(STABLE, PREPARING):  # a commit from a member keeps its session alive
             self._reschedule_heartbeat(group, group.member(req.member_id))
         now = self._now()
         expire = now + req.retention_ms if req.retention_ms != -1 else -1
@@ -868,12 +947,16 @@ class GroupMetadataManager:
             results[(topic, partition)] = ErrorCode.NONE
         return results, records, updates
 
-    def _validate_offset_commit(self, req: CommitRequest | TxnCommitRequest) -> ClassicGroup:
+    def _validate_offset_commit(self, req: CommitRequest | TxnCommitRequest) -> ClassicGroup | None:
         """Kafka's ``validateOffsetCommit``; the transactional differences (``isTransactional``): a commit
         without member id from a non-empty group is allowed (TxnOffsetCommit before v3 has no member fields),
         an unknown group with a generation is UNKNOWN_MEMBER_ID (Kafka creates the Empty group first, in which
         every member is unknown; not kept here), and a Completing group is not asked to wait."""
         transactional = isinstance(req, TxnCommitRequest)
+        consumer_group = self.consumer_group(req.group_id)
+        if consumer_group is not None:
+            self._validate_consumer_offset_commit(consumer_group, req)
+            return None
         group = self.groups.get(req.group_id)
         if group is None:
             if req.generation_id < 0:
@@ -903,6 +986,42 @@ class GroupMetadataManager:
             # The member has the new generation but not its assignment yet: let it retry after SyncGroup.
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         return group
+
+    @staticmethod
+    def _validate_consumer_offset_commit(group: ConsumerGroup, req: CommitRequest | TxnCommitRequest) -> None:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``: the generation is the member epoch.
+
+        An epoch below 0 commits only to an empty group (an admin or a consumer without group management);
+        otherwise the member must exist at exactly its current epoch (STALE_MEMBER_EPOCH for a consumer-protocol
+        member, ILLEGAL_GENERATION for a classic one or a transactional commit), and a consumer-protocol
+        member must use OffsetCommit v9+.
+        """
+        transactional = isinstance(req, TxnCommitRequest)
+        if req.generation_id < 0 and not group.members:
+            return
+        if transactional and req.generation_id < 0 and not req.member_id:
+            return  # TxnOffsetCommit before v3 carries no member (Kafka lets it through the same way)
+        member = group.members.get(req.member_id)
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if isinstance(req, CommitRequest) and not member.uses_classic_protocol \
+                and req.api_version < GROUP_ID_NOT_FOUND_COMMIT_VERSION:
+            raise GroupError(ErrorCode.UNSUPPORTED_VERSION)
+        if req.generation_id != member.member_epoch:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION if transactional or member.uses_classic_protocol
+                             else ErrorCode.STALE_MEMBER_EPOCH)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> None:
+        """OffsetFetch v9+ from a member (Kafka's ``validateOffsetFetch``): an admin (no member, epoch -1)
+        may always read; a consumer group's member must exist at its current epoch."""
+        group = self.consumer_group(group_id)
+        if group is None or (member_id is None and member_epoch < 0) or (not member_id and member_epoch < 0):
+            return
+        member = group.members.get(member_id or "")
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if member_epoch != member.member_epoch:
+            raise GroupError(ErrorCode.STALE_MEMBER_EPOCH)
 
     # -- transactional offsets (TxnOffsetCommit and the transaction markers) ----------------------
 
@@ -1034,7 +1153,7 @@ class GroupMetadataManager:
         if not group_id:
             raise GroupError(ErrorCode.INVALID_GROUP_ID)
         group = self.groups.get(group_id)
-        live = group is not None and not group.is_in(DEAD)
+        live = (group is not None and not group.is_in(DEAD)) or self.consumer_group(group_id) is not None
         stored = self.offsets.get(group_id, {}) if live else {}
         unstable = require_stable and live and self.has_pending_txn_offsets(group_id)
 
@@ -1060,11 +1179,13 @@ class GroupMetadataManager:
         """OffsetDelete: (group error, [(topic, [(partition, error)])])."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, []
-        group = self.groups.get(group_id)
-        if group is None or group.is_in(DEAD):
-            return ErrorCode.GROUP_ID_NOT_FOUND, []
-        if group.is_in(STABLE, PREPARING, COMPLETING) and not group.uses_consumer_protocol():
-            return ErrorCode.NON_EMPTY_GROUP, []
+        group: ClassicGroup | ConsumerGroup | None = self.consumer_group(group_id)
+        if group is None:
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(DEAD):
+                return ErrorCode.GROUP_ID_NOT_FOUND, []
+            if group.is_in(STABLE, PREPARING, COMPLETING) and not group.uses_consumer_protocol():
+                return ErrorCode.NON_EMPTY_GROUP, []
         stored = self.offsets.get(group_id, {})
         out: list[tuple[str, list[tuple[int, int]]]] = []
         records: list[Record] = []
@@ -1169,6 +1290,36 @@ class GroupMetadataManager:
             if delete_group:
                 self._drop_group(group)
                 log.info("group %s expired: empty and without offsets", gid)
+        return removed + self._expire_consumer_group_offsets(now, retention)
+
+    def _expire_consumer_group_offsets(self, now: int, retention: int) -> int:
+        """Consumer groups: an offset of a topic no member subscribes to expires ``retention`` after its
+        commit (Kafka's ``ConsumerGroup.offsetExpirationCondition``); an empty group left without offsets
+        is deleted with them."""
+        removed = 0
+        for gid, group in list(self.consumer.groups.items()):
+            stored = self.offsets.get(gid, {})
+            subscribed = group.subscribed_topic_names()
+            expired = [(t, p) for (t, p), om in stored.items() if t not in subscribed and (
+                now >= om.expire_timestamp if om.expire_timestamp >= 0 else now - om.commit_timestamp >= retention)]
+            delete_group = not group.members and len(expired) == len(stored) and not self.has_pending_txn_offsets(gid)
+            records: list[Record] = [(encode_offset_commit_key(gid, t, p), None) for t, p in expired]
+            if delete_group:
+                records += self.consumer.encode(self.consumer.group_tombstones(group))
+            if not expired and not delete_group:
+                continue
+            try:
+                self._write(gid, records)
+            except KafkaError as e:
+                log.warning("failed to expire offsets of consumer group %s: %s", gid, e)
+                continue
+            for key in expired:
+                stored.pop(key, None)
+            removed += len(expired)
+            if delete_group:
+                self.consumer.unload(lambda g, gid=gid: g == gid)  # type: ignore[misc]
+                self.offsets.pop(gid, None)
+                log.info("consumer group %s expired: empty and without offsets", gid)
         return removed
 
     # -- loading and unloading ----------------------------------------------------------------
@@ -1194,7 +1345,7 @@ class GroupMetadataManager:
                     stored.pop(tp, None)
                 return
             v = decode_offset_commit_value(value)
-            if k.group not in self.groups:  # offsets without membership: a simple group
+            if k.group not in self.groups and k.group not in self.consumer.groups:  # without membership: simple
                 self.groups[k.group] = ClassicGroup(k.group, self._now())
             self.offsets.setdefault(k.group, {})[tp] = OffsetAndMetadata(
                 v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, batch_offset)
@@ -1203,6 +1354,15 @@ class GroupMetadataManager:
                 self.groups.pop(k.group, None)
                 return
             self.groups[k.group] = self._group_from_record(k.group, decode_group_metadata_value(value))
+        else:
+            modern = modern_records.decode_key(key)
+            if modern is None:
+                return  # share or streams group records: not coordinated here
+            if isinstance(modern, CONSUMER_GROUP_KEYS):
+                self.consumer.apply(modern, None if value is None
+                                    else modern_records.decode_value(modern.RECORD_TYPE, value))
+                if value is not None and modern.group_id in self.groups and not self.groups[modern.group_id].members:
+                    self.groups.pop(modern.group_id, None)  # an offsets-only group the consumer group replaced
 
     def _replay_txn_offset(self, group_id: str, tp: tuple[str, int], value: bytes | None, batch_offset: int,
                            producer_id: int) -> None:
@@ -1213,7 +1373,7 @@ class GroupMetadataManager:
                 by_producer[producer_id].pop(tp, None)
             return
         v = decode_offset_commit_value(value)
-        if group_id not in self.groups:  # as for plain offsets: a simple group
+        if group_id not in self.groups and group_id not in self.consumer.groups:  # as for plain offsets
             self.groups[group_id] = ClassicGroup(group_id, self._now())
         self.pending_txn_offsets.setdefault(group_id, {}).setdefault(producer_id, {})[tp] = OffsetAndMetadata(
             v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, batch_offset)
@@ -1240,6 +1400,7 @@ class GroupMetadataManager:
 
     def on_loaded(self, group_ids: set[str] | None = None) -> None:
         """After replay: loaded members must heartbeat within their session timeout or be removed."""
+        self.consumer.on_loaded(group_ids)
         for group in [g for g in self.groups.values() if group_ids is None or g.group_id in group_ids]:
             for m in list(group.members.values()):
                 self._reschedule_heartbeat(group, m)
@@ -1252,7 +1413,9 @@ class GroupMetadataManager:
     def unload_groups(self, which: Callable[[str], bool]) -> int:
         """Another broker coordinates these groups now (Kafka's ``removeGroupsForPartition``): parked
         requests get NOT_COORDINATOR, their timers stop, their state is forgotten here."""
-        doomed = [gid for gid in set(self.groups) | set(self.offsets) | set(self.pending_txn_offsets) if which(gid)]
+        doomed = [gid for gid in set(self.groups) | set(self.offsets) | set(self.pending_txn_offsets)
+                  | set(self.consumer.groups) if which(gid)]
+        self.consumer.unload(which)
         for gid in doomed:
             group = self.groups.pop(gid, None)
             if group is not None:
@@ -1271,6 +1434,7 @@ class GroupMetadataManager:
         for group in list(self.groups.values()):
             group.complete_all(ErrorCode.NOT_COORDINATOR)
         self.groups.clear()
+        self.consumer.unload(lambda _gid: True)
         self.offsets.clear()
         self.pending_txn_offsets.clear()
         self.open_groups_for_producer.clear()

@@ -1,0 +1,67 @@
+"""ConsumerGroupDescribe (KIP-848): a consumer group's epochs, assignor and every member's assignment.
+
+Each group is answered on its own: GROUP_AUTHORIZATION_FAILED without DESCRIBE on it, NOT_COORDINATOR
+when another broker coordinates it, GROUP_ID_NOT_FOUND when it does not exist or is not a consumer group
+(librdkafka's DescribeConsumerGroups then falls back to DescribeGroups for a classic one), and, as in
+Kafka, TOPIC_AUTHORIZATION_FAILED for the whole group when a member shows a topic the principal may not
+DESCRIBE. Topics are shown by id and by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strata.broker.dispatch import RequestContext, handles
+from strata.broker.group_api import manager_of, owns
+from strata.coordinator.group.classic import GroupError
+from strata.errors import ErrorCode
+from strata.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
+
+CONSUMER_GROUP_DESCRIBE = 69
+
+
+def _failed(group_id: str, code: int, message: str | None = None) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+
+@handles(CONSUMER_GROUP_DESCRIBE)
+async def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    manager = manager_of(ctx)
+    include_operations = bool(getattr(request, "include_authorized_operations", False))
+    topics = ctx.broker.topics
+    out = []
+    for group_id in request.group_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
+        if manager is None:
+            out.append(_failed(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            continue
+        if not owns(ctx, group_id):
+            out.append(_failed(group_id, ErrorCode.NOT_COORDINATOR))
+            continue
+
+        def name_of(topic_id: Any) -> str | None:
+            info = topics.by_id(topic_id)
+            return info.name if info is not None else None
+
+        try:
+            described = manager.consumer.describe(group_id, name_of)
+        except GroupError as e:
+            message = f"Group {group_id} is not a consumer group." if group_id in manager.groups else str(e)
+            out.append(_failed(group_id, e.error_code, message))
+            continue
+        shown = {tp["topic_name"] for m in described["members"]
+                 for a in (m["assignment"], m["target_assignment"]) for tp in a["topic_partitions"]}
+        shown |= {t for m in described["members"] for t in m["subscribed_topic_names"]}
+        if ctx.broker.authorization.enabled and any(
+                not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t) for t in shown if t):
+            out.append(_failed(group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                               "The group has described topic(s) that the client is not authorized to describe."))
+            continue
+        described["authorized_operations"] = ctx.authorized_operations(ResourceType.GROUP, group_id) \
+            if include_operations else AUTHORIZED_OPERATIONS_OMITTED
+        out.append(described)
+    return ctx.respond(throttle_time=0, groups=out)

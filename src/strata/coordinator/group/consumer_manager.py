@@ -1,0 +1,695 @@
+"""KIP-848 consumer groups driven by ConsumerGroupHeartbeat (Kafka's ``GroupMetadataManager``, consumer part).
+
+Every change is a record first. A heartbeat computes, from the group as it is, the records its
+outcome needs (member metadata, group epoch, target assignment, current assignment; tombstones when a
+member goes), appends them as one batch to the group's ``__consumer_offsets`` partition, and only
+then applies them, through the same :meth:`ConsumerGroupManager.apply` that replays them when a
+coordinator loads the partition. So what a member was told is exactly what a new coordinator
+rebuilds after a failover, and a failed append changes nothing (the member retries).
+
+Timers: a session timer per member (the group's ``consumer.session.timeout.ms``, re-armed by each
+heartbeat) fences a member that stops heartbeating; a rebalance timer (the member's
+``RebalanceTimeoutMs``, armed while it is asked to revoke) fences one that does not give partitions up.
+Fencing removes the member and bumps the group epoch, so the others receive its partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
+
+from strata.config.group_config import ConsumerGroupConfig, GroupSettings
+from strata.coordinator.group import modern_records as mr
+from strata.coordinator.group.assignors import MemberSpec, assignor
+from strata.coordinator.group.classic import GroupError
+from strata.coordinator.group.consumer import (
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+    FencedMember,
+    MemberState,
+    ResolvedRegex,
+    is_subset,
+    normalized,
+    reconcile,
+    topic_metadata_hash,
+)
+from strata.coordinator.group.records import encode_group_metadata_key
+from strata.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from strata.common import Clock
+    from strata.coordinator.group.timer import Timer
+
+log = logging.getLogger("strata.coordinator.group")
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+REGEX_MIN_REFRESH_MS = 10_000  # Kafka resolves a group's regular expressions at most this often
+
+Record = tuple[bytes, bytes | None]
+Change = tuple[Any, Any]  # (key record, value record or None for a tombstone)
+Response = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupTombstone:
+    """The classic group record of an empty classic group this consumer group replaces (offline upgrade)."""
+
+    group_id: str
+
+
+class TopicsView(Protocol):
+    """What the coordinator needs of the broker's topics: names to ids and sizes, and back."""
+
+    def topic(self, name: str) -> tuple[UUID, int] | None: ...
+
+    def name_of(self, topic_id: UUID) -> str | None: ...
+
+    def names(self) -> Iterable[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+def to_topic_partitions(assignment: Assignment) -> tuple[mr.TopicPartitions, ...]:
+    return tuple(mr.TopicPartitions(t, tuple(sorted(ps))) for t, ps in sorted(assignment.items()) if ps)
+
+
+def from_topic_partitions(tps: Iterable[mr.TopicPartitions]) -> dict[UUID, frozenset[int]]:
+    out: dict[UUID, frozenset[int]] = {}
+    for tp in tps:
+        out[tp.topic_id] = out.get(tp.topic_id, frozenset()) | frozenset(tp.partitions)
+    return out
+
+
+def compile_regex(regex: str) -> re.Pattern[str]:
+    """A subscription regex as the client meant it: matched against whole topic names (Kafka uses RE2J's
+    ``matches``). Python's syntax is a superset of RE2's for what clients send; raises GroupError
+    INVALID_REGULAR_EXPRESSION for one that does not compile."""
+    try:
+        return re.compile(regex)
+    except re.error as e:
+        raise GroupError(ErrorCode.INVALID_REGULAR_EXPRESSION, f"Invalid regular expression {regex!r}: {e}") from e
+
+
+class ConsumerGroupManager:
+    """The consumer groups of this coordinator; shares the id namespace and offsets with the classic ones."""
+
+    def __init__(self, config: ConsumerGroupConfig, timer: Timer, clock: Clock, topics: TopicsView,
+                 write: Callable[[str, list[Record]], Any],
+                 settings: Callable[[str], GroupSettings] | None = None,
+                 classic_groups: Callable[[], Mapping[str, Any]] | None = None,
+                 drop_classic: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.timer = timer
+        self.clock = clock
+        self.topics = topics
+        self._write = write
+        self._settings = settings or (lambda _group_id: GroupSettings(config.session_timeout_ms,
+                                                                       config.heartbeat_interval_ms))
+        self._classic_groups = classic_groups or (dict)
+        self._drop_classic = drop_classic or (lambda _group_id: None)
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._regex_refreshed: dict[str, int] = {}  # group -> when its regexes were last resolved (ms)
+        self.rebalances = 0  # group epoch bumps, for the metrics
+
+    # -- ids and lookups ------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return self.clock.milliseconds()
+
+    @staticmethod
+    def _session_key(group_id: str, member_id: str) -> Hashable:
+        return ("consumer-session", group_id, member_id)
+
+    @staticmethod
+    def _rebalance_key(group_id: str, member_id: str) -> Hashable:
+        return ("consumer-rebalance", group_id, member_id)
+
+    def settings(self, group_id: str) -> GroupSettings:
+        return self._settings(group_id)
+
+    def topic_ids(self, names: Iterable[str]) -> set[UUID]:
+        out = set()
+        for name in names:
+            found = self.topics.topic(name)
+            if found is not None:
+                out.add(found[0])
+        return out
+
+    # -- ConsumerGroupHeartbeat --------------------------------------------------------------------
+
+    def heartbeat(self, req: HeartbeatRequest, can_describe: Callable[[str], bool] = lambda _t: True) -> Response:
+        """One heartbeat's answer; raises GroupError with the error the client must see."""
+        if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            return self._leave(req)
+        changes: list[Change] = []
+        joining = req.member_epoch == 0
+        group = self._group_for_heartbeat(req.group_id, joining, changes)
+        if req.member_id not in group.members and len(group.members) >= self.config.max_size:
+            raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                             f"The consumer group has reached its maximum capacity of {self.config.max_size} members.")
+        member, replaced = self._member_for_heartbeat(group, req, joining, changes)
+        updated = replace(
+            member,
+            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms,
+            server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+            subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
+            if req.subscribed_topic_names is not None else member.subscribed_topic_names,
+            subscribed_topic_regex=req.subscribed_topic_regex if req.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex,
+            client_id=req.client_id, client_host=req.client_host, classic=None)
+        if updated.subscribed_topic_regex == "":
+            updated = replace(updated, subscribed_topic_regex=None)
+        new_member = req.member_id not in group.members
+        if new_member or not updated.metadata_equals(member):
+            changes.append(self._member_metadata(group.group_id, updated))
+        names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
+        regexes = self._regexes_after(group, member, updated, can_describe, changes)
+        regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
+        subscription_changed = names_changed or regex_changed
+
+        # The group as it will be: the members' subscriptions decide the epoch and the assignment.
+        members = dict(group.members)
+        if replaced is not None:
+            members.pop(replaced, None)
+        members[updated.member_id] = updated
+        subscribed_names = self._subscribed_names(members.values(), regexes)
+        metadata_hash = self._metadata_hash(subscribed_names)
+        group_epoch = group.group_epoch
+        if group_epoch == 0 or names_changed or regex_changed or regexes is not group.resolved_regexes \
+                or metadata_hash != group.metadata_hash:
+            group_epoch += 1
+            changes.append((mr.ConsumerGroupMetadataKey(group.group_id),
+                            mr.ConsumerGroupMetadataValue(epoch=group_epoch, metadata_hash=metadata_hash)))
+            log.info("consumer group %s epoch %d (member %s%s)", group.group_id, group_epoch, updated.member_id,
+                     " joined" if new_member else "")
+
+        targets = dict(group.target)
+        if replaced is not None:  # a static member replaced: it inherits the old target
+            targets[updated.member_id] = targets.pop(replaced, {})
+        target_epoch = group.assignment_epoch
+        if group_epoch > group.assignment_epoch:
+            targets = self._assign(group, members, regexes, targets, changes)
+            target_epoch = group_epoch
+            changes.append((mr.ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
+                            mr.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=target_epoch)))
+
+        subscribed_ids = self.topic_ids(self._member_names(updated, regexes))
+        try:
+            reconciled = updated if not subscription_changed and updated.is_reconciled_to(target_epoch) else reconcile(
+                updated, target_epoch, targets.get(updated.member_id, {}), subscribed_ids,
+                group.current_partition_epoch, req.owned, subscription_changed)
+        except FencedMember as e:
+            raise GroupError(ErrorCode.FENCED_MEMBER_EPOCH, str(e)) from e
+        assignment_changed = not reconciled.assignment_equals(member) or new_member
+        if assignment_changed:
+            changes.append(self._current_assignment(group.group_id, reconciled))
+
+        self._commit(group.group_id, changes)
+        group = self.groups[group.group_id]
+        self._after_reconcile(group, reconciled, assignment_changed)
+        self._schedule_session_timeout(group.group_id, reconciled.member_id)
+        response: Response = {"member_id": reconciled.member_id, "member_epoch": reconciled.member_epoch,
+                              "heartbeat_interval": self.settings(group.group_id).heartbeat_interval_ms,
+                              "assignment": None}
+        full = req.rebalance_timeout_ms != -1 and (req.subscribed_topic_names is not None
+                                                   or req.subscribed_topic_regex is not None) \
+            and req.owned is not None
+        if joining or full or normalized(reconciled.assigned) != normalized(member.assigned) or new_member:
+            response["assignment"] = {"topic_partitions": [
+                {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(reconciled.assigned.items()) if ps]}
+        return response
+
+    def _group_for_heartbeat(self, group_id: str, create: bool, changes: list[Change]) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is not None and not group.dead:
+            return group
+        classic = self._classic_groups().get(group_id)
+        if classic is not None and not classic.is_empty:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is a classic group with members: it cannot be converted while "
+                             "its members use the classic protocol.")
+        if not create:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        if classic is not None:
+            # An empty classic group (or one that only holds committed offsets) becomes a consumer group;
+            # its offsets stay (Kafka's offline migration).
+            changes.append((ClassicGroupTombstone(group_id), None))
+        return ConsumerGroup(group_id)
+
+    def _member_for_heartbeat(self, group: ConsumerGroup, req: HeartbeatRequest, joining: bool,
+                              changes: list[Change]) -> tuple[ConsumerGroupMember, str | None]:
+        """The member as it is (a new one when joining) and the id of a static member it replaces."""
+        if req.instance_id is None:
+            member = group.members.get(req.member_id)
+            if member is None:
+                if not joining:
+                    raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Member {req.member_id} is not a member of group {group.group_id}.")
+                log.info("member %s joins consumer group %s", req.member_id, group.group_id)
+                return ConsumerGroupMember(req.member_id), None
+            self._check_epoch(member, req)
+            return member, None
+        existing = group.static_member(req.instance_id)
+        if joining:
+            if existing is None:
+                member = group.members.get(req.member_id)
+                return (member if member is not None else ConsumerGroupMember(req.member_id)), None
+            if existing.member_id == req.member_id:
+                return existing, None
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and not existing.uses_classic_protocol:
+                raise GroupError(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                 f"Static member {existing.member_id} with instance id {req.instance_id} is still "
+                                 f"active in group {group.group_id}; the new member {req.member_id} cannot use it.")
+            log.info("static member %s of consumer group %s rejoins as %s", req.instance_id, group.group_id,
+                     req.member_id)
+            changes.extend(self._member_tombstones(group.group_id, existing.member_id))
+            new = replace(existing, member_id=req.member_id, member_epoch=0, previous_member_epoch=0)
+            changes.append((mr.ConsumerGroupTargetAssignmentMemberKey(group.group_id, req.member_id),
+                            mr.ConsumerGroupTargetAssignmentMemberValue(
+                                topic_partitions=to_topic_partitions(group.target_of(existing.member_id)))))
+            return new, existing.member_id
+        if existing is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if existing.member_id != req.member_id:
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
+                             f"Static member {req.member_id} with instance id {req.instance_id} was replaced by "
+                             f"{existing.member_id}.")
+        self._check_epoch(existing, req)
+        return existing, None
+
+    @staticmethod
+    def _check_epoch(member: ConsumerGroupMember, req: HeartbeatRequest) -> None:
+        """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid`` (4.2: epoch 0 always rejoins)."""
+        epoch = req.member_epoch
+        if epoch == 0:
+            return
+        if epoch > member.member_epoch:
+            raise GroupError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a greater member epoch ({epoch}) than the one known "
+                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")
+        if epoch < member.member_epoch and (epoch != member.previous_member_epoch
+                                            or not is_subset(req.owned, member.assigned)):
+            raise GroupError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a smaller member epoch ({epoch}) than the one known "
+                             f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")
+
+    # -- regular expressions ------------------------------------------------------------------------
+
+    def _regexes_after(self, group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember,
+                       can_describe: Callable[[str], bool], changes: list[Change]) -> dict[str, ResolvedRegex]:
+        """The group's resolved regexes once this heartbeat is applied (the same dict when unchanged).
+
+        Resolution runs inline: a new regex is resolved on the heartbeat that brings it, and the group's
+        regexes are resolved again when the topics changed, at most every 10 s, and at least every
+        ``group.consumer.regex.refresh.interval.ms``. Topics the member may not DESCRIBE are left out.
+        """
+        now = self._now()
+        in_use = {m.subscribed_topic_regex for m in group.members.values()
+                  if m.member_id != old.member_id and m.subscribed_topic_regex}
+        if new.subscribed_topic_regex:
+            in_use.add(new.subscribed_topic_regex)
+        regexes = group.resolved_regexes
+        out = dict(regexes)
+        changed = False
+        for gone in set(out) - in_use:
+            del out[gone]
+            changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, gone), None))
+            changed = True
+        last = self._regex_refreshed.get(group.group_id, 0)
+        refresh = now - last >= REGEX_MIN_REFRESH_MS
+        names: list[str] | None = None
+        for regex in sorted(in_use):
+            resolved = out.get(regex)
+            if resolved is not None and not refresh:
+                continue
+            if names is None:
+                names = [n for n in self.topics.names() if not n.startswith("__")]
+            pattern = compile_regex(regex)
+            topics = frozenset(n for n in names if pattern.fullmatch(n) and can_describe(n))
+            if resolved is not None and resolved.topics == topics \
+                    and now - resolved.timestamp_ms < self.config.regex_refresh_interval_ms:
+                continue
+            if resolved is None or resolved.topics != topics:
+                changed = True
+            value = ResolvedRegex(topics, (resolved.version + 1) if resolved else 1, now)
+            out[regex] = value
+            changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, regex),
+                            mr.ConsumerGroupRegularExpressionValue(topics=tuple(sorted(topics)),
+                                                                   version=value.version, timestamp=now)))
+        if refresh:
+            self._regex_refreshed[group.group_id] = now
+        return out if changed else regexes
+
+    # -- subscriptions, metadata, assignment ------------------------------------------------------------
+
+    @staticmethod
+    def _member_names(member: ConsumerGroupMember, regexes: Mapping[str, ResolvedRegex]) -> set[str]:
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            resolved = regexes.get(member.subscribed_topic_regex)
+            if resolved is not None:
+                names.update(resolved.topics)
+        return names
+
+    def _subscribed_names(self, members: Iterable[ConsumerGroupMember],
+                          regexes: Mapping[str, ResolvedRegex]) -> set[str]:
+        out: set[str] = set()
+        for m in members:
+            out |= self._member_names(m, regexes)
+        return out
+
+    def _metadata_hash(self, names: Iterable[str]) -> int:
+        facts = []
+        for name in names:
+            found = self.topics.topic(name)
+            if found is not None:
+                facts.append((name, found[0], found[1]))
+        return topic_metadata_hash(facts) if facts else 0
+
+    def _assign(self, group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember],
+                regexes: Mapping[str, ResolvedRegex], targets: dict[str, Assignment],
+                changes: list[Change]) -> dict[str, Assignment]:
+        """A new target assignment for the whole group; records only for members whose target changed."""
+        topics: dict[UUID, int] = {}
+        specs: dict[str, MemberSpec] = {}
+        for mid, m in members.items():
+            ids = set()
+            for name in self._member_names(m, regexes):
+                found = self.topics.topic(name)
+                if found is not None:
+                    ids.add(found[0])
+                    topics[found[0]] = found[1]
+            specs[mid] = MemberSpec(member_id=mid, instance_id=m.instance_id, rack_id=m.rack_id,
+                                    subscribed_topic_ids=frozenset(ids),
+                                    current={t: frozenset(ps) for t, ps in targets.get(mid, {}).items()})
+        name = ConsumerGroup(group.group_id, members=dict(members)).preferred_assignor(self.config.assignors[0])
+        if name not in self.config.assignors:
+            name = self.config.assignors[0]
+        result = assignor(name).assign(specs, topics)
+        new_targets: dict[str, Assignment] = {}
+        for mid in members:
+            target = normalized(result.get(mid, {}))
+            new_targets[mid] = target
+            if normalized(targets.get(mid, {})) != target or mid not in group.target:
+                changes.append((mr.ConsumerGroupTargetAssignmentMemberKey(group.group_id, mid),
+                                mr.ConsumerGroupTargetAssignmentMemberValue(
+                                    topic_partitions=to_topic_partitions(target))))
+        return new_targets
+
+    # -- leaving and fencing --------------------------------------------------------------------------
+
+    def _leave(self, req: HeartbeatRequest) -> Response:
+        group = self.groups.get(req.group_id)
+        if group is None or group.dead:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found.")
+        if req.instance_id is None:
+            member = group.members.get(req.member_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {req.group_id}.")
+        else:
+            member = group.static_member(req.instance_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+            if member.member_id != req.member_id:
+                raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
+                                 f"Static member {req.member_id} with instance id {req.instance_id} was replaced.")
+            if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                leaving = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+                self._commit(group.group_id, [self._current_assignment(group.group_id, leaving)])
+                self.timer.cancel(self._rebalance_key(group.group_id, member.member_id))
+                log.info("static member %s (%s) of consumer group %s left temporarily", member.member_id,
+                         req.instance_id, group.group_id)
+                return {"member_id": member.member_id, "member_epoch": LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                        "heartbeat_interval": 0, "assignment": None}
+        log.info("member %s left consumer group %s", member.member_id, group.group_id)
+        self.fence_members(group, [member.member_id])
+        return {"member_id": req.member_id, "member_epoch": req.member_epoch, "heartbeat_interval": 0,
+                "assignment": None}
+
+    def fence_members(self, group: ConsumerGroup, member_ids: list[str]) -> None:
+        """Remove members and bump the group epoch (leave, session or rebalance timeout). Raises KafkaError
+        when the records cannot be written (the members then stay, and time out again)."""
+        changes: list[Change] = []
+        remaining = {mid: m for mid, m in group.members.items() if mid not in member_ids}
+        for mid in member_ids:
+            changes.extend(self._member_tombstones(group.group_id, mid))
+        in_use = {m.subscribed_topic_regex for m in remaining.values() if m.subscribed_topic_regex}
+        regexes = {r: v for r, v in group.resolved_regexes.items() if r in in_use}
+        for regex in set(group.resolved_regexes) - in_use:
+            changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, regex), None))
+        metadata_hash = self._metadata_hash(self._subscribed_names(remaining.values(), regexes))
+        changes.append((mr.ConsumerGroupMetadataKey(group.group_id),
+                        mr.ConsumerGroupMetadataValue(epoch=group.group_epoch + 1, metadata_hash=metadata_hash)))
+        self._commit(group.group_id, changes)
+        for mid in member_ids:
+            self.timer.cancel(self._session_key(group.group_id, mid))
+            self.timer.cancel(self._rebalance_key(group.group_id, mid))
+
+    def _member_tombstones(self, group_id: str, member_id: str) -> list[Change]:
+        """Kafka's ``removeMember`` order: current assignment, target, then subscription."""
+        return [(mr.ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), None),
+                (mr.ConsumerGroupTargetAssignmentMemberKey(group_id, member_id), None),
+                (mr.ConsumerGroupMemberMetadataKey(group_id, member_id), None)]
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        timeout = self.settings(group_id).session_timeout_ms
+        self.timer.schedule(self._session_key(group_id, member_id), timeout,
+                            lambda: self._expire_session(group_id, member_id))
+
+    def _expire_session(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return
+        log.info("member %s of consumer group %s failed its session timeout, fencing it", member_id, group_id)
+        try:
+            self.fence_members(group, [member_id])
+        except KafkaError as e:
+            log.warning("could not fence member %s of consumer group %s: %s; retrying", member_id, group_id, e)
+            self._schedule_session_timeout(group_id, member_id)
+
+    def _after_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, changed: bool) -> None:
+        if not changed:
+            return
+        key = self._rebalance_key(group.group_id, member.member_id)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            epoch = member.member_epoch
+            gid, mid = group.group_id, member.member_id
+            self.timer.schedule(key, max(member.rebalance_timeout_ms, 0),
+                                lambda: self._expire_rebalance(gid, mid, epoch))
+        else:
+            self.timer.cancel(key)
+
+    def _expire_rebalance(self, group_id: str, member_id: str, epoch: int) -> None:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or member.member_epoch != epoch \
+                or member.state is not MemberState.UNREVOKED_PARTITIONS:
+            return
+        log.info("member %s of consumer group %s did not revoke its partitions within its rebalance timeout "
+                 "(%d ms), fencing it", member_id, group_id, member.rebalance_timeout_ms)
+        try:
+            self.fence_members(group, [member_id])
+        except KafkaError as e:
+            log.warning("could not fence member %s of consumer group %s: %s", member_id, group_id, e)
+
+    # -- records --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _member_metadata(group_id: str, m: ConsumerGroupMember) -> Change:
+        classic = None
+        if m.classic is not None:
+            protocols = tuple(mr.ClassicProtocol(name, meta) for name, meta in m.classic.protocols)
+            classic = mr.ClassicMemberMetadata(session_timeout_ms=m.classic.session_timeout_ms,
+                                               supported_protocols=protocols)
+        return (mr.ConsumerGroupMemberMetadataKey(group_id, m.member_id),
+                mr.ConsumerGroupMemberMetadataValue(
+                    instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+                    subscribed_topic_names=m.subscribed_topic_names, subscribed_topic_regex=m.subscribed_topic_regex,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+                    classic_member_metadata=classic))
+
+    @staticmethod
+    def _current_assignment(group_id: str, m: ConsumerGroupMember) -> Change:
+        return (mr.ConsumerGroupCurrentMemberAssignmentKey(group_id, m.member_id),
+                mr.ConsumerGroupCurrentMemberAssignmentValue(
+                    member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=int(m.state),
+                    assigned_partitions=to_topic_partitions(m.assigned),
+                    partitions_pending_revocation=to_topic_partitions(m.pending_revocation)))
+
+    def _commit(self, group_id: str, changes: list[Change]) -> None:
+        """Append the changes as one batch, then apply them; raises KafkaError and applies nothing on failure."""
+        if not changes:
+            return
+        self._write(group_id, self.encode(changes))
+        for key, value in changes:
+            if isinstance(key, ClassicGroupTombstone):
+                self._drop_classic(key.group_id)
+            else:
+                self.apply(key, value)
+
+    def apply(self, key: Any, value: Any) -> None:
+        """One consumer-group record, live or replayed (Kafka's ``GroupMetadataManager.replay``)."""
+        group = self.groups.get(key.group_id)
+        if group is None:
+            if value is None:
+                return
+            group = self.groups[key.group_id] = ConsumerGroup(key.group_id)
+        if isinstance(key, mr.ConsumerGroupMetadataKey):
+            if value is None:
+                self._remove_group(key.group_id)
+                return
+            group.group_epoch = value.epoch
+            group.metadata_hash = value.metadata_hash
+        elif isinstance(key, mr.ConsumerGroupMemberMetadataKey):
+            if value is None:
+                group.remove_member(key.member_id)
+                return
+            old = group.members.get(key.member_id) or ConsumerGroupMember(key.member_id)
+            classic = None
+            if value.classic_member_metadata is not None:
+                c = value.classic_member_metadata
+                classic = ClassicMemberMetadata(c.session_timeout_ms,
+                                                tuple((p.name, p.metadata) for p in c.supported_protocols))
+            group.put_member(replace(old, instance_id=value.instance_id, rack_id=value.rack_id,
+                                     client_id=value.client_id, client_host=value.client_host,
+                                     subscribed_topic_names=tuple(value.subscribed_topic_names),
+                                     subscribed_topic_regex=value.subscribed_topic_regex or None,
+                                     rebalance_timeout_ms=value.rebalance_timeout_ms,
+                                     server_assignor=value.server_assignor, classic=classic))
+        elif isinstance(key, mr.ConsumerGroupTargetAssignmentMetadataKey):
+            group.assignment_epoch = value.assignment_epoch if value is not None else 0
+        elif isinstance(key, mr.ConsumerGroupTargetAssignmentMemberKey):
+            if value is None:
+                group.target.pop(key.member_id, None)
+            else:
+                group.target[key.member_id] = from_topic_partitions(value.topic_partitions)
+        elif isinstance(key, mr.ConsumerGroupCurrentMemberAssignmentKey):
+            old = group.members.get(key.member_id)
+            if value is None:
+                if old is not None:
+                    group.put_member(replace(old, member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
+                                             assigned={}, pending_revocation={}))
+                return
+            group.put_member(replace(old or ConsumerGroupMember(key.member_id), member_epoch=value.member_epoch,
+                                     previous_member_epoch=value.previous_member_epoch,
+                                     state=MemberState.of(value.state),
+                                     assigned=from_topic_partitions(value.assigned_partitions),
+                                     pending_revocation=from_topic_partitions(value.partitions_pending_revocation)))
+        elif isinstance(key, mr.ConsumerGroupRegularExpressionKey):
+            if value is None:
+                group.resolved_regexes.pop(key.regular_expression, None)
+            else:
+                group.resolved_regexes[key.regular_expression] = ResolvedRegex(
+                    frozenset(value.topics), value.version, value.timestamp)
+        # ConsumerGroupPartitionMetadata (deprecated in 4.1): nothing to keep
+
+    def _remove_group(self, group_id: str) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            group.dead = True
+            for mid in group.members:
+                self.timer.cancel(self._session_key(group_id, mid))
+                self.timer.cancel(self._rebalance_key(group_id, mid))
+        self._regex_refreshed.pop(group_id, None)
+
+    def group_tombstones(self, group: ConsumerGroup) -> list[Change]:
+        """Kafka's ``createGroupTombstoneRecords`` order."""
+        gid = group.group_id
+        out: list[Change] = [(mr.ConsumerGroupCurrentMemberAssignmentKey(gid, m), None) for m in group.members]
+        out += [(mr.ConsumerGroupTargetAssignmentMemberKey(gid, m), None) for m in group.target]
+        out.append((mr.ConsumerGroupTargetAssignmentMetadataKey(gid), None))
+        out += [(mr.ConsumerGroupMemberMetadataKey(gid, m), None) for m in group.members]
+        out += [(mr.ConsumerGroupRegularExpressionKey(gid, r), None) for r in group.resolved_regexes]
+        out.append((mr.ConsumerGroupMetadataKey(gid), None))
+        return out
+
+    @staticmethod
+    def encode(changes: list[Change]) -> list[Record]:
+        return [(encode_group_metadata_key(k.group_id), None) if isinstance(k, ClassicGroupTombstone)
+                else (mr.encode_key(k), None if v is None else mr.encode_value(v)) for k, v in changes]
+
+    # -- loading --------------------------------------------------------------------------------------
+
+    def on_loaded(self, group_ids: set[str] | None = None) -> None:
+        """After replay: every member must heartbeat within its session timeout; revocations keep their timer."""
+        for group in list(self.groups.values()):
+            if group_ids is not None and group.group_id not in group_ids:
+                continue
+            if not group.members and group.group_epoch == 0:
+                continue
+            for member in group.members.values():
+                self._schedule_session_timeout(group.group_id, member.member_id)
+                self._after_reconcile(group, member, True)
+
+    def unload(self, which: Callable[[str], bool]) -> int:
+        doomed = [gid for gid in self.groups if which(gid)]
+        for gid in doomed:
+            group = self.groups.pop(gid)
+            for mid in group.members:
+                self.timer.cancel(self._session_key(gid, mid))
+                self.timer.cancel(self._rebalance_key(gid, mid))
+            self._regex_refreshed.pop(gid, None)
+        return len(doomed)
+
+    # -- describing ------------------------------------------------------------------------------------
+
+    def describe(self, group_id: str, topic_name: Callable[[UUID], str | None]) -> Response:
+        group = self.groups.get(group_id)
+        if group is None or group.dead:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+
+        def assignment(a: Assignment) -> Response:
+            return {"topic_partitions": [{"topic_id": t, "topic_name": topic_name(t) or "",
+                                          "partitions": sorted(ps)} for t, ps in sorted(a.items()) if ps]}
+
+        return {
+            "error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id,
+            "group_state": group.state().value, "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": group.preferred_assignor(self.config.assignors[0]),
+            "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                         "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                         "subscribed_topic_names": list(m.subscribed_topic_names),
+                         "subscribed_topic_regex": m.subscribed_topic_regex,
+                         "assignment": assignment(m.assigned), "target_assignment": assignment(group.target_of(
+                             m.member_id)), "member_type": 0 if m.uses_classic_protocol else 1}
+                        for m in group.members.values()],
+        }
+
+    def list_groups(self, states: set[str] | None) -> list[Response]:
+        out = []
+        for group in self.groups.values():
+            state = group.state()
+            if state is ConsumerGroupState.DEAD or (states and state.value.lower() not in states):
+                continue
+            out.append({"group_id": group.group_id, "protocol_type": "consumer", "group_state": state.value,
+                        "group_type": "consumer"})
+        return out
