@@ -2,7 +2,7 @@
 throughput with confluent-kafka against raw asyncio sockets.
 
     .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
-                                                  security|diskless|tiered-compaction|rlmm|object-format]
+                                                  security|diskless|tiered-compaction|rlmm|object-format|group]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -29,6 +29,7 @@ import cluster_bench
 import columnar_bench
 import delete_topics_bench
 import diskless_bench
+import group_bench
 import log_bench
 import object_format_bench
 import rejoin_bench
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
                                            "rejoin", "txn", "cleaner", "security", "diskless",
-                                           "tiered-compaction", "rlmm", "object-format"],
+                                           "tiered-compaction", "rlmm", "object-format", "group"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         rlmm_restart_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "object-format"):  # remote object format v2 (zstd + AES-GCM) vs v1: upload, consume, bytes
         object_format_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "group"):  # KIP-848 vs classic: a 50-member group's rebalance when one more joins
+        group_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

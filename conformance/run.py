@@ -125,9 +125,20 @@ def security_of(scenario: str) -> tuple[str, str] | None:
     return proto, (mech.upper() or default_mech) if proto.startswith("SASL") else ""
 
 
+# ``--group-protocol consumer``: the whole suite again with TEST_CONSUMER_GROUP_PROTOCOL=consumer (KIP-848), as
+# librdkafka's own CI runs it; its results (and expectations) are named ``<test>@consumer``.
+GROUP_PROTOCOL_RUNS = ("consumer",)
+
+
+def is_variant(scenario: str) -> bool:
+    """A run named ``<test>@<scenario>``: a secured scenario, or the consumer group protocol."""
+    return scenario in GROUP_PROTOCOL_RUNS or security_of(scenario) is not None
+
+
 def rdk_scenario(scenario: str) -> str:
-    """The librdkafka scenario (TEST_SCENARIO) a run is: the secured cluster is the default one."""
-    return "default" if security_of(scenario) else scenario
+    """The librdkafka scenario (TEST_SCENARIO) a run is: the secured cluster and the consumer-protocol run use
+    the default one."""
+    return "default" if is_variant(scenario) else scenario
 
 
 def log_name(number: str, scenario: str) -> str:
@@ -277,9 +288,10 @@ def read_expectations(path: Path) -> dict[str, Expectation]:
         m = re.fullmatch(r"\d{4}_\w+(?:@([\w:-]+))?", name)
         if not m:
             raise SystemExit(f"{path}:{lineno}: not a test name (<test> or <test>@<secured scenario>): {name!r}")
-        if m.group(1) and not security_of(m.group(1)):
+        if m.group(1) and not is_variant(m.group(1)):
             raise SystemExit(f"{path}:{lineno}: {m.group(1)!r} is not a secured scenario "
-                             f"({', '.join(SECURITY_PROTOCOLS)}, optionally :<SASL mechanism>)")
+                             f"({', '.join(SECURITY_PROTOCOLS)}, optionally :<SASL mechanism>) nor "
+                             f"{' or '.join(GROUP_PROTOCOL_RUNS)}")
         if status not in STATUSES:
             raise SystemExit(f"{path}:{lineno}: status must be one of {STATUSES}: {status!r}")
         if not CAUSE.match(rest):
@@ -579,7 +591,7 @@ class Result:
     @property
     def key(self) -> str:
         """The test's name, with ``@<scenario>`` for a secured scenario (as in expectations.txt)."""
-        return f"{self.name}@{self.scenario}" if security_of(self.scenario) else self.name
+        return f"{self.name}@{self.scenario}" if is_variant(self.scenario) else self.name
 
 
 def write_test_conf(conf: Path, cluster: StrataCluster, sec: tuple[str, str] | None) -> None:
@@ -606,6 +618,7 @@ def run_number(runner: Path, number: str, scenario: str, cluster: StrataCluster,
     env = {**os.environ, **cluster.env(),
            "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "TEST_SCENARIO": rdk_scenario(scenario),
            "RDKAFKA_TEST_CONF": str(conf), "TEST_MODE": "bare",
+           **({"TEST_CONSUMER_GROUP_PROTOCOL": scenario} if scenario in GROUP_PROTOCOL_RUNS else {}),
            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}"}
     # KAFKA_PATH: where the tests find bin/kafka-*.sh (kafka-topics.sh, kafka-configs.sh, kafka-acls.sh):
     # this repository by default, whose bin/ has Strata's wrappers
@@ -789,6 +802,10 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="make -j for the build")
     ap.add_argument("--expectations", default=str(EXPECTATIONS))
     ap.add_argument("--no-scenarios", action="store_true", help="only the default scenario")
+    ap.add_argument("--group-protocol", default=os.environ.get("CONFORMANCE_GROUP_PROTOCOL", "classic,consumer"),
+                    help="the group protocols to run the suite with: classic (librdkafka's scenarios), consumer "
+                         "(again with TEST_CONSUMER_GROUP_PROTOCOL=consumer, KIP-848, as librdkafka's CI does; "
+                         "results named <test>@consumer); default both")
     ap.add_argument("--security", default=os.environ.get("CONFORMANCE_SECURITY", ""),
                     help="run the secured scenarios instead of librdkafka's plaintext ones: a comma-separated "
                          f"list of {', '.join(SECURITY_PROTOCOLS)} (a SASL one may name its mechanism, "
@@ -837,19 +854,26 @@ def main() -> int:
         if not security_of(sc):
             log(f"--security: unknown secured scenario {sc!r} (want {', '.join(SECURITY_PROTOCOLS)} or all)")
             return 2
-    plan: list[tuple[str, list[str]]] = [] if security else [("default", numbers)]
+    protocols = [x.strip() for x in args.group_protocol.split(",") if x.strip()]
+    if not protocols or any(p not in ("classic", *GROUP_PROTOCOL_RUNS) for p in protocols):
+        log(f"--group-protocol: {args.group_protocol!r} is not a list of classic, {', '.join(GROUP_PROTOCOL_RUNS)}")
+        return 2
+    classic = "classic" in protocols
+    plan: list[tuple[str, list[str]]] = [] if security or not classic else [("default", numbers)]
     for sc in security:
         if wanted:
             plan.append((sc, numbers))
         else:
             plan.append((sc, [n for n in sorted(SECURE_TESTS) if n in by_number
                               and (SECURE_TESTS[n] == "*" or sc.split(":")[0] in SECURE_TESTS[n].split(","))]))
-    if not args.no_scenarios and not security:
+    if not args.no_scenarios and not security and classic:
         other = sorted({sc for e in entries for sc in e.scenario.split(",")} - {"default", "ak23"})
         for sc in other:  # ak23: Kafka 2.3's scenario, for 0103 only; it also runs in "default"
             nums = [n for n in numbers if any(sc in e.scenario.split(",") for e in by_number[n])]
             if nums:
                 plan.append((sc, nums))
+    if not security:
+        plan += [(p, numbers) for p in protocols if p in GROUP_PROTOCOL_RUNS]
 
     results: dict[str, Result] = {}
     crashes: list[str] = []

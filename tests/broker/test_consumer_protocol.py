@@ -31,11 +31,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from tests.broker.harness import BrokerProcess
+from tests.cluster.test_cluster_metrics import scrape
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_GROUPS = {"group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "4000",
                "group.consumer.min.heartbeat.interval.ms": "200", "group.consumer.heartbeat.interval.ms": "300",
-               "offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3"}
+               "offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3", "metrics.port": "0"}
+GCM = "kafka_server_group_coordinator_metrics_"
 WAIT_S = 60.0
 
 
@@ -103,6 +105,10 @@ def test_members_split_the_partitions_and_take_over_on_leave(broker: BrokerProce
         assert group.type == ConsumerGroupType.CONSUMER and group.state == ConsumerGroupState.STABLE
         assert group.partition_assignor == "uniform" and len(group.members) == 3
         assert sorted(tp.partition for m in group.members for tp in m.assignment.topic_partitions) == list(range(6))
+        metrics = scrape(broker)
+        assert metrics[GCM + 'group_count{protocol="consumer"}'] == 1
+        assert metrics[GCM + 'consumer_group_count{state="Stable"}'] == 1
+        assert metrics[GCM + "consumer_group_rebalance_total"] >= 3  # one epoch per join at least
 
         consumers.pop().close()  # leaves with epoch -1: its two partitions go to the others at once
         until(lambda: sorted(tp.partition for c in consumers for tp in c.assignment()) == list(range(6))

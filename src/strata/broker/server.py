@@ -38,6 +38,7 @@ from strata.broker.diskless_observer import DisklessMetadataObserver
 from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.group_configs import GROUPS_ENTITY, GroupConfigStore
+from strata.broker.group_metrics import register_group_metrics
 from strata.broker.inter_broker import inter_broker_security
 from strata.broker.leader_producer import LeaderProducer
 from strata.broker.listeners import ListenerRuntime
@@ -185,6 +186,7 @@ class Broker:
             self.fetchers.replication_bytes_in = self.stats.topics.ReplicationBytesInPerSec
         self.dynamic_configs.on_apply.append(ReplicationConfig(self.replication_quotas, self.fetchers).apply)
         self.transaction_metrics = register_transaction_metrics(self.metrics, self)
+        self.group_metrics = register_group_metrics(self.metrics, self)
         self.diskless_metrics = register_diskless_metrics(self.metrics, self)
         self.admin_http: AdminHttpServer | None = None
         self.user_credentials: UserCredentials | None = None  # SCRAM credentials, set in start()

@@ -200,9 +200,11 @@ class ConsumerGroupManager:
         subscribed_names = self._subscribed_names(members.values(), regexes)
         metadata_hash = self._metadata_hash(subscribed_names)
         group_epoch = group.group_epoch
+        bumped = False
         if group_epoch == 0 or names_changed or regex_changed or regexes is not group.resolved_regexes \
                 or metadata_hash != group.metadata_hash:
             group_epoch += 1
+            bumped = True
             changes.append((mr.ConsumerGroupMetadataKey(group.group_id),
                             mr.ConsumerGroupMetadataValue(epoch=group_epoch, metadata_hash=metadata_hash)))
             log.info("consumer group %s epoch %d (member %s%s)", group.group_id, group_epoch, updated.member_id,
@@ -230,6 +232,7 @@ class ConsumerGroupManager:
             changes.append(self._current_assignment(group.group_id, reconciled))
 
         self._commit(group.group_id, changes)
+        self.rebalances += bumped
         group = self.groups[group.group_id]
         self._after_reconcile(group, reconciled, assignment_changed)
         self._schedule_session_timeout(group.group_id, reconciled.member_id)
@@ -469,6 +472,7 @@ class ConsumerGroupManager:
         changes.append((mr.ConsumerGroupMetadataKey(group.group_id),
                         mr.ConsumerGroupMetadataValue(epoch=group.group_epoch + 1, metadata_hash=metadata_hash)))
         self._commit(group.group_id, changes)
+        self.rebalances += 1
         for mid in member_ids:
             self.timer.cancel(self._session_key(group.group_id, mid))
             self.timer.cancel(self._rebalance_key(group.group_id, mid))

@@ -295,12 +295,12 @@ class GroupMetadataManager:
 
     def _convert_empty_consumer_group(self, group_id: str) -> int:
         """A classic JoinGroup for a consumer group: an empty one becomes classic (Kafka's offline downgrade,
-        its offsets kept); one with members answers INCONSISTENT_GROUP_PROTOCOL (mixed groups are not
-        supported), as does any when ``group.consumer.migration.policy`` forbids the downgrade."""
+        its offsets kept, whatever ``group.consumer.migration.policy`` says, as in Kafka); one with members
+        answers INCONSISTENT_GROUP_PROTOCOL (classic members inside a consumer group are not built yet)."""
         group = self.consumer_group(group_id)
         if group is None:
             return ErrorCode.NONE
-        if group.members or self.consumer.config.migration_policy not in ("bidirectional", "downgrade"):
+        if group.members:
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         try:
             self._write(group_id, self.consumer.encode(self.consumer.group_tombstones(group)))
