@@ -232,7 +232,8 @@ def _add_consumer_groups_parser(commands: Any) -> None:
                    help="Reset offsets shifting current offset by 'n', where 'n' can be positive or negative.")
     p.add_argument("--members", action="store_true", help="Describe members of the group.")
     p.add_argument("--verbose", dest="members_verbose", action="store_true",
-                   help="Provide additional information (the assignment), with --describe --members.")
+                   help="Provide additional information: epochs and assignments with --members, epochs with --state, "
+                        "leader epochs with --offsets.")
     p.add_argument("--offsets", action="store_true",
                    help="Describe the group's partitions with their offset lag (the default of --describe).")
     p.add_argument("--state", nargs="?", const="", metavar="<String>",

@@ -305,3 +305,62 @@ def test_disabled_protocol_is_refused(tmp_path: Path) -> None:
         c.close()
     finally:
         b.stop()
+
+
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range", "roundrobin"])
+def test_online_upgrade_and_downgrade_with_live_members(broker: BrokerProcess, strategy: str) -> None:
+    """confluent-kafka's test_consumer_upgrade_downgrade: classic and consumer members in one group, the group
+    converting online both ways while 10 partitions stay evenly split and the committed offsets stay."""
+    create(broker, "mixed", 10)
+    produce(broker, "mixed", range(100))
+
+    def classic_member() -> Consumer:
+        return Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-mixed", "log_level": 3,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+                         "partition.assignment.strategy": strategy})
+
+    live: list[Consumer] = []
+
+    def split(sizes: list[int], group_type: ConsumerGroupType) -> None:
+        def ok() -> bool:
+            owned = sorted(len(c.assignment()) for c in live)
+            flat = sorted(tp.partition for c in live for tp in c.assignment())
+            return owned == sorted(sizes) and flat == list(range(10)) and describe(broker, "g-mixed").type == group_type
+        until(ok, f"{sizes} partitions in a {group_type} group", poll=live)
+
+    first = classic_member()
+    first.subscribe(["mixed"])
+    live.append(first)
+    split([10], ConsumerGroupType.CLASSIC)
+    got: list[int] = []
+    until(lambda: got.extend(int(m.value()) for m in first.consume(100, 0.2) if m.error() is None)
+          or len(got) >= 100, "the first 100 records")
+    first.commit(asynchronous=False)
+
+    modern = member(broker, "g-mixed")  # a consumer-protocol member joins the live classic group: upgrade
+    modern.subscribe(["mixed"])
+    live.append(modern)
+    split([5, 5], ConsumerGroupType.CONSUMER)
+    group = describe(broker, "g-mixed")
+    assert len(group.members) == 2
+
+    live.remove(first)
+    first.close()  # a classic member leaves the consumer group (LeaveGroup)
+    split([10], ConsumerGroupType.CONSUMER)
+
+    second = classic_member()  # a classic member joins the consumer group
+    second.subscribe(["mixed"])
+    live.append(second)
+    split([5, 5], ConsumerGroupType.CONSUMER)
+
+    live.remove(modern)
+    modern.close()  # the last consumer-protocol member leaves: downgrade to a classic group
+    split([10], ConsumerGroupType.CLASSIC)
+
+    produce(broker, "mixed", range(100, 110))
+    rest: list[int] = []
+    until(lambda: rest.extend(int(m.value()) for m in second.consume(100, 0.2) if m.error() is None)
+          or len(rest) >= 10, "the new records")
+    assert sorted(rest) == list(range(100, 110)), "the committed offsets did not survive the conversions"
+    second.close()

@@ -345,8 +345,10 @@ def test_consumer_groups_members_state_and_active_group(broker: BrokerProcess) -
         assert member_id.startswith("cli-member-")
 
         members = ok("consumer-groups", "--describe", "--group", "active", "--members", "--verbose", bootstrap=b)
-        assert table(members, ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]) == [
-            ["active", member_id, "/127.0.0.1", "cli-member", "3", "live(0,1,2)"]]
+        # Kafka 4's layout: current and target epochs and assignments (a classic group has no epochs: "-")
+        assert table(members, ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "CURRENT-EPOCH",
+                               "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]) == [
+            ["active", member_id, "/127.0.0.1", "cli-member", "3", "-", "live:0,1,2", "-", "-"]]
         state = ok("consumer-groups", "--describe", "--group", "active", "--state", bootstrap=b)
         assert table(state, ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]) == [
             ["active", f"127.0.0.1:{broker.port}", "(1)", "range", "Stable", "1"]]

@@ -45,8 +45,10 @@ DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_V = 32, 4
 ALTER_CONFIGS, ALTER_CONFIGS_V = 33, 1
 INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS_V = 44, 1
 FIND_COORDINATOR, FIND_COORDINATOR_V = 10, 3
-LIST_GROUPS = 16  # v4 (states filter); v5 when types are asked for
+LIST_GROUPS = 16  # v5 (types filter, group types) where the broker has it, else v4 (states filter)
 DESCRIBE_GROUPS, DESCRIBE_GROUPS_V = 15, 5
+CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_DESCRIBE_V = 69, 1  # v1 adds member_type; v0 where the broker has only that
+API_VERSIONS, API_VERSIONS_V = 18, 0
 OFFSET_FETCH, OFFSET_FETCH_V = 9, 7
 OFFSET_COMMIT, OFFSET_COMMIT_V = 8, 8
 DELETE_GROUPS, DELETE_GROUPS_V = 42, 2
@@ -109,6 +111,7 @@ _EXCEPTIONS: dict[int, tuple[str, str]] = {
     93: ("UnacceptableCredentialException", "Requested credential would not meet criteria for acceptability."),
 }
 RETRIABLE_GROUP = {14, 15, 16}  # coordinator loading, not available, moved
+UNSUPPORTED_VERSION, GROUP_ID_NOT_FOUND = 35, 69
 
 
 class AdminError(Exception):
@@ -219,21 +222,31 @@ class GroupListing:
 
 @dataclass(frozen=True, slots=True)
 class Member:
+    """A group member as Kafka's MemberDescription: a consumer group's (KIP-848) also has its epoch, its target
+    assignment and, in a group of both kinds of member, whether it runs the consumer protocol (``upgraded``)."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
     host: str
     assignment: tuple[tuple[str, int], ...]  # (topic, partition)
+    member_epoch: int | None = None  # None for a classic group's member
+    target_assignment: tuple[tuple[str, int], ...] | None = None
+    upgraded: bool | None = None  # member_type 1 True, 0 (a classic member) False, -1 None
+    rack_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     group_id: str
-    state: str  # Kafka's names: Stable, Empty, PreparingRebalance, CompletingRebalance, Dead
-    protocol_type: str
-    assignor: str
+    state: str  # Kafka's names: Stable, Empty, PreparingRebalance, CompletingRebalance, Assigning, Reconciling, Dead
+    protocol_type: str  # "consumer" for a consumer group
+    assignor: str  # a consumer group's server-side assignor (uniform, range)
     members: tuple[Member, ...]
     coordinator: tuple[int, str, int]  # (node id, host, port)
+    group_type: str = "classic"  # or "consumer" (KIP-848), as ListGroups v5 names them
+    group_epoch: int | None = None  # a consumer group's epochs; None for a classic group
+    assignment_epoch: int | None = None
 
 
 def decode_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
@@ -261,6 +274,7 @@ class KafkaAdmin(KafkaCluster):
                  security: ClientSecurity | None = None) -> None:
         super().__init__(bootstrap, timeout_s, client_id, security)
         self.retry_s = timeout_s  # how long group requests wait for a coordinator that moves or loads
+        self._api_versions: dict[int, dict[int, int]] = {}  # node -> api key -> highest version (ApiVersions)
 
     def call_any(self, api_key: int, version: int, **fields: Any) -> Any:
         return self._call_any(api_key, version, **fields)
@@ -476,12 +490,26 @@ class KafkaAdmin(KafkaCluster):
 
     # -- groups --
 
+    def api_version(self, node: int, api_key: int) -> int | None:
+        """The highest version of ``api_key`` that broker ``node`` advertises (ApiVersions v0, asked once per
+        node), None when it has none."""
+        versions = self._api_versions.get(node)
+        if versions is None:
+            body = self.call_node(node, API_VERSIONS, API_VERSIONS_V)
+            check(body.error_code)
+            versions = self._api_versions[node] = {int(k.api_key): int(k.max_version) for k in body.api_keys}
+        return versions.get(api_key)
+
     def list_groups(self, states: Sequence[str] = (), types: Sequence[str] = ()) -> list[GroupListing]:
-        """Every broker's groups (each coordinator knows its own), consumer groups only, as the admin client."""
+        """Every broker's groups (each coordinator knows its own), consumer groups only (protocol type
+        ``consumer`` or empty, classic or KIP-848), as the admin client. ListGroups v5 gives each group's type
+        (``classic``/``consumer``); a broker without v5 is asked v4, its groups being classic."""
         self._ensure_brokers()
-        version = 5 if types else 4
         out: dict[str, GroupListing] = {}
         for node in sorted(self.metadata_cache.brokers):
+            version = 5 if (self.api_version(node, LIST_GROUPS) or 0) >= 5 else 4
+            if types and version < 5:
+                raise AdminError(UNSUPPORTED_VERSION, "The broker does not support listing groups by type.")
             fields: dict[str, Any] = {"states_filter": list(states)}
             if version >= 5:
                 fields["types_filter"] = list(types)
@@ -514,16 +542,31 @@ class KafkaAdmin(KafkaCluster):
             time.sleep(0.2)
 
     def describe_group(self, group_id: str) -> GroupDescription:
+        """As the admin client's describeConsumerGroups: ConsumerGroupDescribe at the coordinator first, then
+        DescribeGroups when the group is not a consumer group (GROUP_ID_NOT_FOUND) or the broker lacks the API."""
         def describe(node: int) -> GroupDescription:
+            host, port = self.metadata_cache.brokers.get(node, ("", -1))
+            not_found = None  # ConsumerGroupDescribe's message, which says more than DescribeGroups' does
+            version = self.api_version(node, CONSUMER_GROUP_DESCRIBE)
+            if version is not None:
+                body = self.call_node(node, CONSUMER_GROUP_DESCRIBE, min(version, CONSUMER_GROUP_DESCRIBE_V),
+                                      group_ids=[group_id], include_authorized_operations=False)
+                (g,) = body.groups
+                code = _code(g.error_code)
+                if code == 0:
+                    return _consumer_group(g, (node, host, port))
+                if code not in (GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
+                    check(code, g.error_message)
+                not_found = g.error_message if code == GROUP_ID_NOT_FOUND else None
             body = self.call_node(node, DESCRIBE_GROUPS, DESCRIBE_GROUPS_V, groups=[group_id],
                                   include_authorized_operations=False)
             (g,) = body.groups
-            check(g.error_code, getattr(g, "error_message", None))
+            code = _code(g.error_code)
+            check(code, (not_found if code == GROUP_ID_NOT_FOUND else None) or getattr(g, "error_message", None))
             consumer = g.protocol_type in ("consumer", "")
             members = tuple(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                    decode_assignment(bytes(m.member_assignment)) if consumer else ())
                             for m in g.members)
-            host, port = self.metadata_cache.brokers.get(node, ("", -1))
             return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members,
                                     (node, host, port))
 
@@ -531,16 +574,21 @@ class KafkaAdmin(KafkaCluster):
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int | None]:
         """The group's committed offsets (None where a partition has none)."""
-        def fetch(node: int) -> dict[tuple[str, int], int | None]:
+        return {tp: offset for tp, (offset, _) in self.committed_offsets_and_epochs(group_id).items()}
+
+    def committed_offsets_and_epochs(self, group_id: str) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+        """The group's committed ``(offset, leader epoch)`` per partition, None where there is none."""
+        def fetch(node: int) -> dict[tuple[str, int], tuple[int | None, int | None]]:
             body = self.call_node(node, OFFSET_FETCH, OFFSET_FETCH_V, group_id=group_id, topics=None,
                                   require_stable=False)
             check(body.error_code)
-            out: dict[tuple[str, int], int | None] = {}
+            out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
             for t in body.topics:
                 for p in t.partitions:
                     check(p.error_code)
-                    offset = int(p.committed_offset)
-                    out[(t.name, int(p.partition_index))] = offset if offset >= 0 else None
+                    offset, epoch = int(p.committed_offset), int(p.committed_leader_epoch)
+                    out[(t.name, int(p.partition_index))] = (offset if offset >= 0 else None,
+                                                             epoch if offset >= 0 and epoch >= 0 else None)
             return out
 
         return self._at_coordinator(group_id, fetch)
@@ -584,6 +632,21 @@ class KafkaAdmin(KafkaCluster):
             return {(t.name, int(p.partition_index)): _code(p.error_code) for t in body.topics for p in t.partitions}
 
         return self._at_coordinator(group_id, delete)
+
+
+def _partitions(assignment: Any) -> tuple[tuple[str, int], ...]:
+    """A ConsumerGroupDescribe assignment as sorted ``(topic, partition)`` pairs."""
+    return tuple(sorted((t.topic_name, int(p)) for t in assignment.topic_partitions for p in t.partitions))
+
+
+def _consumer_group(g: Any, coordinator: tuple[int, str, int]) -> GroupDescription:
+    """A KIP-848 consumer group from its ConsumerGroupDescribe entry (v0 has no member_type)."""
+    members = tuple(Member(m.member_id, m.instance_id, m.client_id, m.client_host, _partitions(m.assignment),
+                           int(m.member_epoch), _partitions(m.target_assignment),
+                           None if (kind := int(getattr(m, "member_type", -1))) == -1 else kind == 1, m.rack_id)
+                    for m in g.members)
+    return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, members, coordinator,
+                            "consumer", int(g.group_epoch), int(g.assignment_epoch))
 
 
 def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:

@@ -1,9 +1,15 @@
 """``strata consumer-groups`` (``kafka-consumer-groups.sh``): list, describe, reset, delete groups.
 
-Kafka 3.9's ``ConsumerGroupCommand`` over the Kafka protocol, with its flags, checks and tables:
+Kafka 4.2's ``ConsumerGroupCommand`` over the Kafka protocol, with its flags, checks and tables, for
+classic groups and KIP-848 consumer groups alike (a group is described as the admin client's
+describeConsumerGroups does: ConsumerGroupDescribe, then DescribeGroups for a classic group):
 ``--describe`` shows per partition the committed offset, the log end offset and the lag
-(``GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID``), or the
-members (``--members [--verbose]``) or the state (``--state``); ``--reset-offsets`` plans new
+(``GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID``, with
+``LEADER-EPOCH`` after ``PARTITION`` under ``--verbose``), or the members (``--members [--verbose]``:
+then each member's ``CURRENT-EPOCH CURRENT-ASSIGNMENT TARGET-EPOCH TARGET-ASSIGNMENT``, and ``UPGRADED``
+in a group with members of both protocols) or the state (``--state [--verbose]``: then ``GROUP-EPOCH
+TARGET-ASSIGNMENT-EPOCH``); ``--list`` names the groups, with ``TYPE`` (Classic, Consumer) and ``STATE``
+columns under ``--type``/``--state``; ``--reset-offsets`` plans new
 offsets (``--to-earliest``, ``--to-latest``, ``--to-datetime``, ``--to-offset``, ``--shift-by``,
 ``--by-duration``, ``--to-current``, ``--from-file``) for ``--all-topics`` or ``--topic t[:0,1]``,
 prints them, and commits them only with ``--execute``, and only while the group is inactive.
@@ -174,15 +180,16 @@ def should_print(group: str, state: str, rows: int) -> bool:
 
 def describe(admin: KafkaAdmin, args: argparse.Namespace, groups: list[str]) -> int:
     failed = 0
+    verbose = bool(args.members_verbose)
     for group in sorted(groups):
         try:
             desc = admin.describe_group(group)
             if args.members:
-                print_members(desc, args.members_verbose)
+                print_members(desc, verbose)
             elif args.state is not None:
-                print_state(desc)
+                print_state(desc, verbose)
             else:
-                print_offsets(admin, desc)
+                print_offsets(admin, desc, verbose)
         except GroupCommandError as e:
             print(f"\nError: {e}")
             failed = 1
@@ -191,8 +198,9 @@ def describe(admin: KafkaAdmin, args: argparse.Namespace, groups: list[str]) -> 
 
 
 def offset_rows(admin: KafkaAdmin, desc: GroupDescription) -> list[tuple[str, ...]]:
-    """Rows for the assigned partitions (biggest assignment first), then committed but unassigned ones."""
-    committed = admin.committed_offsets(desc.group_id)
+    """Rows for the assigned partitions (biggest assignment first), then committed but unassigned ones:
+    group, topic, partition, leader epoch, offset, log end offset, lag, member, host, client."""
+    committed = admin.committed_offsets_and_epochs(desc.group_id)
     owners: list[tuple[TP, tuple[str, str, str]]] = []
     for m in sorted((m for m in desc.members if m.assignment), key=lambda m: -len(m.assignment)):
         owners += [(tp, (m.member_id, m.host, m.client_id)) for tp in sorted(m.assignment)]
@@ -201,10 +209,11 @@ def offset_rows(admin: KafkaAdmin, desc: GroupDescription) -> list[tuple[str, ..
     ends = admin.offsets([tp for tp, _ in owners], LATEST)
     rows = []
     for (topic, partition), (member, host, client) in owners:
-        offset, end = committed.get((topic, partition)), ends.get((topic, partition))
+        offset, epoch = committed.get((topic, partition), (None, None))
+        end = ends.get((topic, partition))
         lag = end - offset if offset is not None and end is not None else None
-        rows.append((desc.group_id, topic, str(partition), _text(offset), _text(end), _text(lag), member, host,
-                     client))
+        rows.append((desc.group_id, topic, str(partition), _text(epoch), _text(offset), _text(end), _text(lag),
+                     member, host, client))
     return rows
 
 
@@ -212,64 +221,91 @@ def _text(value: int | None) -> str:
     return MISSING if value is None else str(value)
 
 
-def print_offsets(admin: KafkaAdmin, desc: GroupDescription) -> None:
+def print_offsets(admin: KafkaAdmin, desc: GroupDescription, verbose: bool = False) -> None:
+    """Kafka's printOffsets; ``--verbose`` adds the committed offsets' LEADER-EPOCH."""
     rows = offset_rows(admin, desc)
     if not should_print(desc.group_id, desc.state, len(rows)):
         return
     g = max([15, *(len(r[0]) for r in rows)])
     t = max([15, *(len(r[1]) for r in rows)])
-    c = max([15, *(len(r[6]) for r in rows)])
-    h = max([15, *(len(r[7]) for r in rows)])
-    fmt = f"%-{g}s %-{t}s %-10s %-15s %-15s %-15s %-{c}s %-{h}s %s"
+    c = max([15, *(len(r[7]) for r in rows)])
+    h = max([15, *(len(r[8]) for r in rows)])
+    header = ("GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+              "CONSUMER-ID", "HOST", "CLIENT-ID")
+    epoch = "%-15s " if verbose else ""
+    fmt = f"%-{g}s %-{t}s %-10s {epoch}%-15s %-15s %-15s %-{c}s %-{h}s %s"
     print()
-    print(fmt % ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-                 "CLIENT-ID"))
-    for row in rows:
-        print(fmt % row)
+    for row in [header, *rows]:
+        print(fmt % (row if verbose else row[:3] + row[4:]))
 
 
-def _assignment_text(assignment: tuple[TP, ...]) -> str:
-    """``t1(0,1), t2(0)``: the layout of Kafka's Scala tool (3.7's Java port lost the topic names)."""
+def _assignment_text(assignment: tuple[TP, ...] | None) -> str:
+    """Kafka 4's getAssignmentString: ``t1:0,1;t2:0``, topics sorted; ``-`` for none."""
     if not assignment:
         return MISSING
     by_topic: dict[str, list[int]] = {}
     for topic, partition in assignment:
         by_topic.setdefault(topic, []).append(partition)
-    return ", ".join(sorted(f"{topic}({','.join(map(str, sorted(ps)))})" for topic, ps in by_topic.items()))
+    return ";".join(sorted(f"{topic}:{','.join(map(str, sorted(ps)))}" for topic, ps in by_topic.items()))
 
 
 def print_members(desc: GroupDescription, verbose: bool) -> None:
+    """Kafka's printMembers: ``--verbose`` adds each member's epoch and assignment, the group's target
+    assignment epoch and the member's target assignment (``-`` for a classic group), and UPGRADED when a
+    consumer group has members of both protocols."""
     members = desc.members
     show = should_print(desc.group_id, desc.state, len(members))
-    g, c, i, h, cl = 15, 15, 17, 15, 15
-    with_instance = False
+    g, c, i, h, cl, ca, ta = 15, 15, 17, 15, 15, 20, 20
+    with_instance = has_classic = has_consumer = False
     if show:
         for m in members:
             g, c, h, cl = max(g, len(desc.group_id)), max(c, len(m.member_id)), max(h, len(m.host)), \
                 max(cl, len(m.client_id))
             i = max(i, len(m.group_instance_id or ""))
             with_instance = with_instance or bool(m.group_instance_id)
+            ca = max(ca, len(_assignment_text(m.assignment)))
+            ta = max(ta, len(_assignment_text(m.target_assignment)))
+            has_classic = has_classic or m.upgraded is False
+            has_consumer = has_consumer or m.upgraded is True
     if with_instance:
         fmt = f"%-{g}s %-{c}s %-{i}s %-{h}s %-{cl}s %-15s "
         header: tuple[str, ...] = ("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
     else:
         fmt = f"%-{g}s %-{c}s %-{h}s %-{cl}s %-15s "
         header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
-    print("\n" + fmt % header + ("ASSIGNMENT" if verbose else ""))
+    upgrade = has_classic and has_consumer
+    extra = f"%-15s %-{ca}s %-15s %-{ta}s" + (" %s" if upgrade else "")
+    extra_header = ("CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT",
+                    *(("UPGRADED",) if upgrade else ()))
+    print("\n" + fmt % header + (extra % extra_header if verbose else ""))
     for m in members:
         cells = (desc.group_id, m.member_id, *((m.group_instance_id or "",) if with_instance else ()), m.host,
                  m.client_id, len(m.assignment))
-        print(fmt % cells + (_assignment_text(m.assignment) if verbose else ""))
+        details = ""
+        if verbose:
+            values = (_text(m.member_epoch), _assignment_text(m.assignment), _text(desc.assignment_epoch),
+                      _assignment_text(m.target_assignment))
+            if upgrade:
+                values += (MISSING if m.upgraded is None else str(m.upgraded).lower(),)
+            details = extra % values
+        print(fmt % cells + details)
 
 
-def print_state(desc: GroupDescription) -> None:
+def print_state(desc: GroupDescription, verbose: bool = False) -> None:
+    """Kafka's printStates; ``--verbose`` adds a consumer group's GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH."""
     if not should_print(desc.group_id, desc.state, 1):
         return
     node, host, port = desc.coordinator
     coordinator = f"{host}:{port}  ({node})"
-    fmt = f"%-{max(25, len(coordinator))}s %-25s %-20s %-15s %s"
-    print("\n" + fmt % ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"))
-    print(fmt % (desc.group_id, coordinator, desc.assignor, desc.state, len(desc.members)))
+    start = f"%-{max(15, len(desc.group_id))}s %-{max(25, len(coordinator))}s %-20s %-20s "
+    fmt = start + ("%-15s %-25s %s" if verbose else "%s")
+    header: tuple[object, ...] = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE")
+    row: tuple[object, ...] = (desc.group_id, coordinator, desc.assignor or MISSING, desc.state)
+    if verbose:
+        header += ("GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH")
+        row += (_text(desc.group_epoch), _text(desc.assignment_epoch))
+    print("\n" + fmt % (*header, "#MEMBERS"))
+    print(fmt % (*row, len(desc.members)))
 
 
 # -- delete --------------------------------------------------------------------------------------

@@ -255,8 +255,11 @@ def test_describe_resource(tmp_path: Path) -> None:
     assert describe_resource(broker, views, ResourceType.BROKER, "", None) == []
     got = _by_name(describe_resource(broker, views, ResourceType.BROKER, "1", ["log.retention.hours"]))
     assert list(got) == ["log.retention.hours"] and got["log.retention.hours"].value == "2"
-    with pytest.raises(ApiError, match="Unsupported resource type: GROUP") as e:
+    with pytest.raises(ApiError, match="Group configs are not available") as e:  # a broker without a group store
         describe_resource(broker, views, ResourceType.GROUP, "g", None)
+    assert e.value.error_code == ErrorCode.INVALID_REQUEST
+    with pytest.raises(ApiError, match="Unsupported resource type: CLIENT_METRICS") as e:
+        describe_resource(broker, views, ResourceType.CLIENT_METRICS, "m", None)
     assert e.value.error_code == ErrorCode.INVALID_REQUEST
     with pytest.raises(ApiError) as e:
         describe_resource(broker, views, ResourceType.TOPIC, "nope", None)

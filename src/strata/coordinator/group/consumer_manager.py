@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from strata.config.group_config import ConsumerGroupConfig, GroupSettings
 from strata.coordinator.group import modern_records as mr
@@ -40,8 +40,13 @@ from strata.coordinator.group.consumer import (
     reconcile,
     topic_metadata_hash,
 )
-from strata.coordinator.group.records import encode_group_metadata_key
-from strata.errors import ErrorCode, KafkaError
+from strata.coordinator.group.records import (
+    decode_assignment_partitions,
+    decode_subscription,
+    encode_assignment,
+    encode_group_metadata_key,
+)
+from strata.errors import CorruptRecordError, ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from strata.common import Clock
@@ -89,6 +94,10 @@ class HeartbeatRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    # A classic member joining a consumer group (JoinGroup): its protocols and session timeout. Its epoch is
+    # not checked (the generation answers for it) and it joins the existing group only.
+    classic: ClassicMemberMetadata | None = None
+    unknown_member: bool = False  # JoinGroup without a member id (a static member may replace its old self)
 
 
 def to_topic_partitions(assignment: Assignment) -> tuple[mr.TopicPartitions, ...]:
@@ -119,7 +128,9 @@ class ConsumerGroupManager:
                  write: Callable[[str, list[Record]], Any],
                  settings: Callable[[str], GroupSettings] | None = None,
                  classic_groups: Callable[[], Mapping[str, Any]] | None = None,
-                 drop_classic: Callable[[str], None] | None = None) -> None:
+                 drop_classic: Callable[[str], None] | None = None,
+                 downgrade: Callable[[ConsumerGroup, set[str]], bool] | None = None,
+                 classic_max_size: int = 2**31 - 1) -> None:
         self.config = config
         self.timer = timer
         self.clock = clock
@@ -129,6 +140,8 @@ class ConsumerGroupManager:
                                                                        config.heartbeat_interval_ms))
         self._classic_groups = classic_groups or (dict)
         self._drop_classic = drop_classic or (lambda _group_id: None)
+        self._downgrade = downgrade or (lambda _group, _leaving: False)
+        self.classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self._regex_refreshed: dict[str, int] = {}  # group -> when its regexes were last resolved (ms)
         self.rebalances = 0  # group epoch bumps, for the metrics
@@ -164,8 +177,8 @@ class ConsumerGroupManager:
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(req)
         changes: list[Change] = []
-        joining = req.member_epoch == 0
-        group = self._group_for_heartbeat(req.group_id, joining, changes)
+        joining = req.member_epoch == 0 or req.classic is not None
+        group = self._group_for_heartbeat(req.group_id, req.member_epoch == 0, changes)
         if req.member_id not in group.members and len(group.members) >= self.config.max_size:
             raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                              f"The consumer group has reached its maximum capacity of {self.config.max_size} members.")
@@ -181,14 +194,14 @@ class ConsumerGroupManager:
             if req.subscribed_topic_names is not None else member.subscribed_topic_names,
             subscribed_topic_regex=req.subscribed_topic_regex if req.subscribed_topic_regex is not None
             else member.subscribed_topic_regex,
-            client_id=req.client_id, client_host=req.client_host, classic=None)
+            client_id=req.client_id, client_host=req.client_host, classic=req.classic)
         if updated.subscribed_topic_regex == "":
             updated = replace(updated, subscribed_topic_regex=None)
         new_member = req.member_id not in group.members
         if new_member or not updated.metadata_equals(member):
             changes.append(self._member_metadata(group.group_id, updated))
         names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
-        regexes = self._regexes_after(group, member, updated, can_describe, changes)
+        regexes, refreshed_at = self._regexes_after(group, member, updated, can_describe, changes)
         regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
         subscription_changed = names_changed or regex_changed
 
@@ -201,8 +214,8 @@ class ConsumerGroupManager:
         metadata_hash = self._metadata_hash(subscribed_names)
         group_epoch = group.group_epoch
         bumped = False
-        if group_epoch == 0 or names_changed or regex_changed or regexes is not group.resolved_regexes \
-                or metadata_hash != group.metadata_hash:
+        if (group_epoch == 0 and req.classic is None) or names_changed or regex_changed \
+                or regexes is not group.resolved_regexes or metadata_hash != group.metadata_hash:
             group_epoch += 1
             bumped = True
             changes.append((mr.ConsumerGroupMetadataKey(group.group_id),
@@ -232,10 +245,19 @@ class ConsumerGroupManager:
             changes.append(self._current_assignment(group.group_id, reconciled))
 
         self._commit(group.group_id, changes)
+        if refreshed_at is not None:  # only once written: a failed heartbeat must not postpone the next refresh
+            self._regex_refreshed[group.group_id] = refreshed_at
         self.rebalances += bumped
         group = self.groups[group.group_id]
         self._after_reconcile(group, reconciled, assignment_changed)
         self._schedule_session_timeout(group.group_id, reconciled.member_id)
+        if replaced is not None:
+            self.timer.cancel(self._session_key(group.group_id, replaced))
+            self.timer.cancel(self._rebalance_key(group.group_id, replaced))
+        if any(isinstance(key, ClassicGroupTombstone) for key, _ in changes):  # upgraded: its members' sessions
+            for m in group.members.values():
+                if m.classic is not None and m.member_id != reconciled.member_id:
+                    self._schedule_session_timeout(group.group_id, m.member_id)
         response: Response = {"member_id": reconciled.member_id, "member_epoch": reconciled.member_epoch,
                               "heartbeat_interval": self.settings(group.group_id).heartbeat_interval_ms,
                               "assignment": None}
@@ -252,10 +274,10 @@ class ConsumerGroupManager:
         if group is not None and not group.dead:
             return group
         classic = self._classic_groups().get(group_id)
+        if classic is not None and not classic.is_empty and create:
+            return self._upgrade(classic, changes)
         if classic is not None and not classic.is_empty:
-            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
-                             f"Group {group_id} is a classic group with members: it cannot be converted while "
-                             "its members use the classic protocol.")
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
             raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         if classic is not None:
@@ -267,6 +289,8 @@ class ConsumerGroupManager:
     def _member_for_heartbeat(self, group: ConsumerGroup, req: HeartbeatRequest, joining: bool,
                               changes: list[Change]) -> tuple[ConsumerGroupMember, str | None]:
         """The member as it is (a new one when joining) and the id of a static member it replaces."""
+        if req.classic is not None:
+            return self._classic_member(group, req, changes)
         if req.instance_id is None:
             member = group.members.get(req.member_id)
             if member is None:
@@ -305,6 +329,34 @@ class ConsumerGroupManager:
         self._check_epoch(existing, req)
         return existing, None
 
+    def _classic_member(self, group: ConsumerGroup, req: HeartbeatRequest,
+                        changes: list[Change]) -> tuple[ConsumerGroupMember, str | None]:
+        """Kafka's member lookup for a classic JoinGroup to a consumer group: created when new, a static member
+        replacing its old self (no UNRELEASED_INSTANCE_ID: one of them speaks the classic protocol)."""
+        if req.instance_id is None:
+            member = group.members.get(req.member_id)
+            if member is None:
+                log.info("member %s joins consumer group %s with the classic protocol", req.member_id, group.group_id)
+                return ConsumerGroupMember(req.member_id), None
+            return member, None
+        existing = group.static_member(req.instance_id)
+        if req.unknown_member:
+            if existing is None:
+                return ConsumerGroupMember(req.member_id), None
+            changes.extend(self._member_tombstones(group.group_id, existing.member_id))
+            new = replace(existing, member_id=req.member_id, member_epoch=0, previous_member_epoch=0)
+            changes.append((mr.ConsumerGroupTargetAssignmentMemberKey(group.group_id, req.member_id),
+                            mr.ConsumerGroupTargetAssignmentMemberValue(
+                                topic_partitions=to_topic_partitions(group.target_of(existing.member_id)))))
+            return new, existing.member_id
+        if existing is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if existing.member_id != req.member_id:
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
+                             f"Static member {req.member_id} with instance id {req.instance_id} was replaced by "
+                             f"{existing.member_id}.")
+        return existing, None
+
     @staticmethod
     def _check_epoch(member: ConsumerGroupMember, req: HeartbeatRequest) -> None:
         """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid`` (4.2: epoch 0 always rejoins)."""
@@ -323,11 +375,240 @@ class ConsumerGroupManager:
                              f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
                              "partitions and rejoin.")
 
+    # -- online upgrade: a classic group with members becomes a consumer group ----------------------------
+
+    def _upgrade(self, classic: Any, changes: list[Change]) -> ConsumerGroup:
+        """Kafka's ``convertToConsumerGroup``: every classic member becomes a classic-protocol member of a new
+        consumer group at the classic generation, STABLE with its last assignment (its target too), so nothing
+        moves until the joining member's epoch bump. The records (classic tombstone first) are added to
+        ``changes``; the group returned is what applying them will build, for the rest of the heartbeat.
+        Raises GROUP_ID_NOT_FOUND when the group cannot be upgraded (policy, protocol, size, custom assignor)."""
+        gid = classic.group_id
+        if self.config.migration_policy not in ("bidirectional", "upgrade"):
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group "
+                                                           "because online upgrade is disabled.")
+        if not classic.uses_consumer_protocol():
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group "
+                                                           "because the group does not use the consumer embedded "
+                                                           "protocol.")
+        if len(classic.members) > self.config.max_size:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group "
+                                                           "because the group size exceeds the consumer group "
+                                                           "maximum size.")
+        generation = classic.generation
+        converted: list[Change] = [(ClassicGroupTombstone(gid), None),
+                                   (mr.ConsumerGroupMetadataKey(gid), mr.ConsumerGroupMetadataValue(epoch=generation)),
+                                   (mr.ConsumerGroupTargetAssignmentMetadataKey(gid),
+                                    mr.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=generation))]
+        for m in classic.members.values():
+            try:
+                subscription = decode_subscription(m.metadata(classic.protocol_name))
+                assigned = decode_assignment_partitions(m.assignment) if m.assignment else {}
+            except (CorruptRecordError, ValueError) as e:
+                raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                 f"Cannot upgrade classic group {gid} to consumer group: {e}") from None
+            ids: dict[UUID, frozenset[int]] = {}
+            for topic, partitions in assigned.items():
+                found = self.topics.topic(topic)
+                if found is not None and partitions:
+                    ids[found[0]] = frozenset(partitions)
+            member = ConsumerGroupMember(
+                m.member_id, instance_id=m.group_instance_id, rack_id=subscription.rack_id, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                classic=ClassicMemberMetadata(m.session_timeout_ms, tuple(m.protocols)),
+                member_epoch=generation, previous_member_epoch=generation, assigned=ids)
+            converted += [self._member_metadata(gid, member),
+                          (mr.ConsumerGroupTargetAssignmentMemberKey(gid, m.member_id),
+                           mr.ConsumerGroupTargetAssignmentMemberValue(topic_partitions=to_topic_partitions(ids))),
+                          self._current_assignment(gid, member)]
+        group = ConsumerGroup(gid)
+        for key, value in converted[1:]:
+            apply_to(group, key, value)
+        changes.extend(converted)
+        log.info("classic group %s (generation %d, %d members) is converted to a consumer group", gid, generation,
+                 len(classic.members))
+        return group
+
+    # -- classic members of a consumer group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ---------------
+
+    @staticmethod
+    def _join_key(group_id: str, member_id: str) -> Hashable:
+        return ("consumer-classic-join", group_id, member_id)
+
+    @staticmethod
+    def _sync_key(group_id: str, member_id: str) -> Hashable:
+        return ("consumer-classic-sync", group_id, member_id)
+
+    def classic_join(self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
+                     protocols: tuple[tuple[str, bytes], ...], session_timeout_ms: int, rebalance_timeout_ms: int,
+                     client_id: str, client_host: str, requires_known_member_id: bool) -> Response:
+        """Kafka's ``classicGroupJoinToConsumerGroup``: answered at once (no join phase), with the member epoch
+        as the generation and no leader: the coordinator assigns, the member only syncs."""
+        group = self.groups[group_id]
+        if self.config.migration_policy == "disabled":
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                             f"Cannot join the consumer group {group_id} with the classic protocol because the "
+                             "group migration is disabled.")
+        unknown = member_id == ""
+        if unknown:
+            member_id = str(uuid4())
+        if member_id not in group.members and len(group.members) >= self.config.max_size:
+            raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                             f"The consumer group has reached its maximum capacity of {self.config.max_size} members.")
+        if protocol_type != "consumer" or not protocols:
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                             f"The classic member's protocol type {protocol_type!r} is not 'consumer'.")
+        if unknown and instance_id is None and requires_known_member_id:
+            return {"error_code": ErrorCode.MEMBER_ID_REQUIRED, "member_id": member_id}
+        try:
+            subscription = decode_subscription(protocols[0][1])
+        except CorruptRecordError as e:
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"Unreadable consumer subscription: {e}") from None
+        owned: dict[UUID, frozenset[int]] = {}
+        for topic, partitions in subscription.owned_partitions:
+            found = self.topics.topic(topic)
+            if found is not None and partitions:
+                owned[found[0]] = owned.get(found[0], frozenset()) | frozenset(partitions)
+        answer = self.heartbeat(HeartbeatRequest(
+            group_id=group_id, member_id=member_id, member_epoch=-3, instance_id=instance_id,
+            rack_id=subscription.rack_id, rebalance_timeout_ms=rebalance_timeout_ms,
+            subscribed_topic_names=subscription.topics, subscribed_topic_regex="", owned=owned,
+            client_id=client_id, client_host=client_host,
+            classic=ClassicMemberMetadata(session_timeout_ms, tuple(protocols)), unknown_member=unknown))
+        self.timer.cancel(self._join_key(group_id, member_id))
+        self._schedule_classic_sync_timeout(group_id, member_id, rebalance_timeout_ms)
+        return {"error_code": ErrorCode.NONE, "member_id": member_id, "generation_id": answer["member_epoch"],
+                "protocol_type": "consumer", "protocol_name": protocols[0][0]}
+
+    def _classic_member_of(self, group_id: str, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
+        group = self.groups[group_id]
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member with instance id {instance_id} is not a member of group {group_id}.")
+            if member.member_id != member_id:
+                raise GroupError(ErrorCode.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                                                               f"{instance_id} was replaced.")
+        if member.classic is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Member {member_id} does not use the classic protocol.")
+        return member
+
+    def classic_sync(self, group_id: str, member_id: str, instance_id: str | None, generation: int,
+                     protocol_type: str | None, protocol_name: str | None) -> bytes:
+        """Kafka's ``classicGroupSyncToConsumerGroup``: the member's current assignment, as ConsumerProtocol bytes."""
+        group = self.groups[group_id]
+        member = self._classic_member_of(group_id, member_id, instance_id)
+        if generation != member.member_epoch:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION, f"The generation id {generation} is not equal to the "
+                                                           f"member epoch {member.member_epoch}.")
+        assert member.classic is not None
+        names = [name for name, _ in member.classic.protocols]
+        if (protocol_type is not None and protocol_type != "consumer") or (
+                protocol_name is not None and protocol_name not in names[:1]):
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "The protocol type or name does not match.")
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._schedule_classic_join_timeout(group_id, member_id, member.rebalance_timeout_ms)
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS,
+                             f"A new rebalance is triggered in group {group_id} and member {member_id} should "
+                             "rejoin to catch up.")
+        self.timer.cancel(self._sync_key(group_id, member_id))
+        self._schedule_session_timeout(group_id, member_id)
+        partitions: dict[str, list[int]] = {}
+        for topic_id, ps in member.assigned.items():
+            name = self.topics.name_of(topic_id)
+            if name is not None and ps:
+                partitions[name] = sorted(ps)
+        try:
+            version = decode_subscription(member.classic.protocols[0][1]).version
+        except CorruptRecordError:
+            version = 0
+        return encode_assignment(partitions, version)
+
+    def classic_heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation: int) -> int:
+        """Kafka's ``classicGroupHeartbeatToConsumerGroup``: REBALANCE_IN_PROGRESS when the member must rejoin
+        (a new group epoch, partitions to revoke, or released partitions now waiting for it)."""
+        group = self.groups[group_id]
+        member = self._classic_member_of(group_id, member_id, instance_id)
+        if generation != member.member_epoch:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION, f"The generation id {generation} is not equal to the "
+                                                           f"member epoch {member.member_epoch}.")
+        self._schedule_session_timeout(group_id, member_id)
+        if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or (
+                member.state is MemberState.UNRELEASED_PARTITIONS and not self._waiting_on_unreleased(group, member)):
+            self._schedule_classic_join_timeout(group_id, member_id, member.rebalance_timeout_ms)
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    @staticmethod
+    def _waiting_on_unreleased(group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """Kafka's ``waitingOnUnreleasedPartition``: a partition of its target still held by another member."""
+        for topic_id, partitions in group.target_of(member.member_id).items():
+            mine = member.assigned.get(topic_id, frozenset())
+            if any(p not in mine and group.current_partition_epoch(topic_id, p) != -1 for p in partitions):
+                return True
+        return False
+
+    def classic_leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[Response]:
+        """Kafka's ``classicGroupLeaveToConsumerGroup``: ``members`` are (member id, instance id); an admin may name
+        a static member by instance id alone. The valid ones are fenced together."""
+        group = self.groups[group_id]
+        results: list[Response] = []
+        leaving: list[str] = []
+        for member_id, instance_id in members:
+            code: int = ErrorCode.NONE
+            if instance_id is None:
+                if member_id in group.members:
+                    leaving.append(member_id)
+                else:
+                    code = ErrorCode.UNKNOWN_MEMBER_ID
+            else:
+                m = group.static_member(instance_id)
+                if m is None:
+                    code = ErrorCode.UNKNOWN_MEMBER_ID
+                elif member_id and member_id != m.member_id:
+                    code = ErrorCode.FENCED_INSTANCE_ID
+                else:
+                    leaving.append(m.member_id)
+            results.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": code})
+        if leaving:
+            self.fence_members(group, leaving)
+        return results
+
+    def _schedule_classic_join_timeout(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        key = self._join_key(group_id, member_id)
+        if not self.timer.is_scheduled(key):
+            self.timer.schedule(key, max(timeout_ms, 0), lambda: self._classic_timeout(group_id, member_id, "join"))
+
+    def _schedule_classic_sync_timeout(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self.timer.schedule(self._sync_key(group_id, member_id), max(timeout_ms, 0),
+                            lambda: self._classic_timeout(group_id, member_id, "sync"))
+
+    def _classic_timeout(self, group_id: str, member_id: str, what: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return
+        log.info("classic member %s of consumer group %s did not %s within its rebalance timeout, fencing it",
+                 member_id, group_id, "rejoin" if what == "join" else "sync")
+        try:
+            self.fence_members(group, [member_id])
+        except KafkaError as e:
+            log.warning("could not fence member %s of consumer group %s: %s", member_id, group_id, e)
+
     # -- regular expressions ------------------------------------------------------------------------
 
     def _regexes_after(self, group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember,
-                       can_describe: Callable[[str], bool], changes: list[Change]) -> dict[str, ResolvedRegex]:
-        """The group's resolved regexes once this heartbeat is applied (the same dict when unchanged).
+                       can_describe: Callable[[str], bool], changes: list[Change]
+                       ) -> tuple[dict[str, ResolvedRegex], int | None]:
+        """The group's resolved regexes once this heartbeat is applied (the same dict when unchanged), and the
+        time of this resolution when it was a refresh of the group's regexes (None otherwise).
 
         Resolution runs inline: a new regex is resolved on the heartbeat that brings it, and the group's
         regexes are resolved again when the topics changed, at most every 10 s, and at least every
@@ -366,9 +647,7 @@ class ConsumerGroupManager:
             changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, regex),
                             mr.ConsumerGroupRegularExpressionValue(topics=tuple(sorted(topics)),
                                                                    version=value.version, timestamp=now)))
-        if refresh:
-            self._regex_refreshed[group.group_id] = now
-        return out if changed else regexes
+        return (out if changed else regexes), (now if refresh else None)
 
     # -- subscriptions, metadata, assignment ------------------------------------------------------------
 
@@ -459,7 +738,20 @@ class ConsumerGroupManager:
 
     def fence_members(self, group: ConsumerGroup, member_ids: list[str]) -> None:
         """Remove members and bump the group epoch (leave, session or rebalance timeout). Raises KafkaError
-        when the records cannot be written (the members then stay, and time out again)."""
+        when the records cannot be written (the members then stay, and time out again).
+
+        When only classic-protocol members remain, the group goes back to being a classic group instead
+        (Kafka's online downgrade, if ``group.consumer.migration.policy`` allows it), and rebalances as one.
+        """
+        leaving = set(member_ids)
+        remaining_members = [m for mid, m in group.members.items() if mid not in leaving]
+        if remaining_members and all(m.uses_classic_protocol for m in remaining_members) \
+                and self.config.migration_policy in ("bidirectional", "downgrade") \
+                and len(remaining_members) <= self.classic_max_size and self._downgrade(group, leaving):
+            for mid in member_ids:
+                self.timer.cancel(self._session_key(group.group_id, mid))
+                self.timer.cancel(self._rebalance_key(group.group_id, mid))
+            return
         changes: list[Change] = []
         remaining = {mid: m for mid, m in group.members.items() if mid not in member_ids}
         for mid in member_ids:
@@ -484,7 +776,10 @@ class ConsumerGroupManager:
                 (mr.ConsumerGroupMemberMetadataKey(group_id, member_id), None)]
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        timeout = self.settings(group_id).session_timeout_ms
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        timeout = member.classic.session_timeout_ms if member is not None and member.classic is not None \
+            else self.settings(group_id).session_timeout_ms
         self.timer.schedule(self._session_key(group_id, member_id), timeout,
                             lambda: self._expire_session(group_id, member_id))
 
@@ -500,7 +795,7 @@ class ConsumerGroupManager:
             self._schedule_session_timeout(group_id, member_id)
 
     def _after_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, changed: bool) -> None:
-        if not changed:
+        if not changed or member.uses_classic_protocol:  # classic members have join and sync timers instead
             return
         key = self._rebalance_key(group.group_id, member.member_id)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
@@ -566,54 +861,11 @@ class ConsumerGroupManager:
             if value is None:
                 return
             group = self.groups[key.group_id] = ConsumerGroup(key.group_id)
-        if isinstance(key, mr.ConsumerGroupMetadataKey):
-            if value is None:
-                self._remove_group(key.group_id)
-                return
-            group.group_epoch = value.epoch
-            group.metadata_hash = value.metadata_hash
-        elif isinstance(key, mr.ConsumerGroupMemberMetadataKey):
-            if value is None:
-                group.remove_member(key.member_id)
-                return
-            old = group.members.get(key.member_id) or ConsumerGroupMember(key.member_id)
-            classic = None
-            if value.classic_member_metadata is not None:
-                c = value.classic_member_metadata
-                classic = ClassicMemberMetadata(c.session_timeout_ms,
-                                                tuple((p.name, p.metadata) for p in c.supported_protocols))
-            group.put_member(replace(old, instance_id=value.instance_id, rack_id=value.rack_id,
-                                     client_id=value.client_id, client_host=value.client_host,
-                                     subscribed_topic_names=tuple(value.subscribed_topic_names),
-                                     subscribed_topic_regex=value.subscribed_topic_regex or None,
-                                     rebalance_timeout_ms=value.rebalance_timeout_ms,
-                                     server_assignor=value.server_assignor, classic=classic))
-        elif isinstance(key, mr.ConsumerGroupTargetAssignmentMetadataKey):
-            group.assignment_epoch = value.assignment_epoch if value is not None else 0
-        elif isinstance(key, mr.ConsumerGroupTargetAssignmentMemberKey):
-            if value is None:
-                group.target.pop(key.member_id, None)
-            else:
-                group.target[key.member_id] = from_topic_partitions(value.topic_partitions)
-        elif isinstance(key, mr.ConsumerGroupCurrentMemberAssignmentKey):
-            old = group.members.get(key.member_id)
-            if value is None:
-                if old is not None:
-                    group.put_member(replace(old, member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
-                                             assigned={}, pending_revocation={}))
-                return
-            group.put_member(replace(old or ConsumerGroupMember(key.member_id), member_epoch=value.member_epoch,
-                                     previous_member_epoch=value.previous_member_epoch,
-                                     state=MemberState.of(value.state),
-                                     assigned=from_topic_partitions(value.assigned_partitions),
-                                     pending_revocation=from_topic_partitions(value.partitions_pending_revocation)))
-        elif isinstance(key, mr.ConsumerGroupRegularExpressionKey):
-            if value is None:
-                group.resolved_regexes.pop(key.regular_expression, None)
-            else:
-                group.resolved_regexes[key.regular_expression] = ResolvedRegex(
-                    frozenset(value.topics), value.version, value.timestamp)
-        # ConsumerGroupPartitionMetadata (deprecated in 4.1): nothing to keep
+        if isinstance(key, mr.ConsumerGroupMetadataKey) and value is None:
+            self._remove_group(key.group_id)
+            return
+        apply_to(group, key, value)
+
 
     def _remove_group(self, group_id: str) -> None:
         group = self.groups.pop(group_id, None)
@@ -632,6 +884,7 @@ class ConsumerGroupManager:
         out.append((mr.ConsumerGroupTargetAssignmentMetadataKey(gid), None))
         out += [(mr.ConsumerGroupMemberMetadataKey(gid, m), None) for m in group.members]
         out += [(mr.ConsumerGroupRegularExpressionKey(gid, r), None) for r in group.resolved_regexes]
+        out.append((mr.ConsumerGroupPartitionMetadataKey(gid), None))  # a 4.0 coordinator's record, if any
         out.append((mr.ConsumerGroupMetadataKey(gid), None))
         return out
 
@@ -697,3 +950,53 @@ class ConsumerGroupManager:
             out.append({"group_id": group.group_id, "protocol_type": "consumer", "group_state": state.value,
                         "group_type": "consumer"})
         return out
+
+
+
+def apply_to(group: ConsumerGroup, key: Any, value: Any) -> None:
+    """A consumer-group record applied to ``group`` (the group's own tombstone aside: see ``apply``)."""
+    if isinstance(key, mr.ConsumerGroupMetadataKey):
+        group.group_epoch = value.epoch
+        group.metadata_hash = value.metadata_hash
+    elif isinstance(key, mr.ConsumerGroupMemberMetadataKey):
+        if value is None:
+            group.remove_member(key.member_id)
+            return
+        old = group.members.get(key.member_id) or ConsumerGroupMember(key.member_id)
+        classic = None
+        if value.classic_member_metadata is not None:
+            c = value.classic_member_metadata
+            classic = ClassicMemberMetadata(c.session_timeout_ms,
+                                            tuple((p.name, p.metadata) for p in c.supported_protocols))
+        group.put_member(replace(old, instance_id=value.instance_id, rack_id=value.rack_id,
+                                 client_id=value.client_id, client_host=value.client_host,
+                                 subscribed_topic_names=tuple(value.subscribed_topic_names),
+                                 subscribed_topic_regex=value.subscribed_topic_regex or None,
+                                 rebalance_timeout_ms=value.rebalance_timeout_ms,
+                                 server_assignor=value.server_assignor, classic=classic))
+    elif isinstance(key, mr.ConsumerGroupTargetAssignmentMetadataKey):
+        group.assignment_epoch = value.assignment_epoch if value is not None else 0
+    elif isinstance(key, mr.ConsumerGroupTargetAssignmentMemberKey):
+        if value is None:
+            group.target.pop(key.member_id, None)
+        else:
+            group.target[key.member_id] = from_topic_partitions(value.topic_partitions)
+    elif isinstance(key, mr.ConsumerGroupCurrentMemberAssignmentKey):
+        old = group.members.get(key.member_id)
+        if value is None:
+            if old is not None:
+                group.put_member(replace(old, member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
+                                         assigned={}, pending_revocation={}))
+            return
+        group.put_member(replace(old or ConsumerGroupMember(key.member_id), member_epoch=value.member_epoch,
+                                 previous_member_epoch=value.previous_member_epoch,
+                                 state=MemberState.of(value.state),
+                                 assigned=from_topic_partitions(value.assigned_partitions),
+                                 pending_revocation=from_topic_partitions(value.partitions_pending_revocation)))
+    elif isinstance(key, mr.ConsumerGroupRegularExpressionKey):
+        if value is None:
+            group.resolved_regexes.pop(key.regular_expression, None)
+        else:
+            group.resolved_regexes[key.regular_expression] = ResolvedRegex(
+                frozenset(value.topics), value.version, value.timestamp)
+    # ConsumerGroupPartitionMetadata (deprecated in 4.1): nothing to keep

@@ -37,6 +37,7 @@ from strata.common import Clock
 from strata.config.group_config import ConsumerGroupConfig, GroupSettings
 from strata.coordinator.group import modern_records
 from strata.coordinator.group.classic import (
+    CONSUMER_PROTOCOL_TYPE,
     GROUP_SUBSCRIBED_TO_TOPIC,
     UNKNOWN_MEMBER_ID,
     ClassicGroup,
@@ -60,13 +61,15 @@ from strata.coordinator.group.records import (
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
+    decode_subscription,
+    encode_assignment,
     encode_group_metadata_key,
     encode_group_metadata_value,
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
 from strata.coordinator.group.timer import Timer
-from strata.errors import ErrorCode, KafkaError
+from strata.errors import CorruptRecordError, ErrorCode, KafkaError
 
 log = logging.getLogger("strata.coordinator.group")
 
@@ -253,7 +256,8 @@ class GroupMetadataManager:
         # KIP-848 consumer groups: their own state machine, the same id namespace and offsets
         self.consumer = ConsumerGroupManager(consumer_config or ConsumerGroupConfig(), timer, clock,
                                              topics or _NoTopics(), self._write, group_settings,
-                                             lambda: self.groups, self._drop_replaced_classic)
+                                             lambda: self.groups, self._drop_replaced_classic, self._downgrade,
+                                             config.max_size)
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         # Kafka's pendingTransactionalOffsetCommits: group -> producer id -> (topic, partition) -> offset
         self.pending_txn_offsets: dict[str, dict[int, dict[tuple[str, int], OffsetAndMetadata]]] = {}
@@ -283,11 +287,59 @@ class GroupMetadataManager:
         return NO_APPEND_OFFSET if offset is None else offset
 
     def _drop_replaced_classic(self, group_id: str) -> None:
-        """An empty classic group became a consumer group (its offsets stay)."""
+        """The classic group became a consumer group (its offsets stay): parked JoinGroup/SyncGroup calls are
+        answered REBALANCE_IN_PROGRESS (the members rejoin, now into the consumer group) and its timers stop."""
         group = self.groups.pop(group_id, None)
         if group is not None:
+            group.complete_all(ErrorCode.REBALANCE_IN_PROGRESS)
             self.timer.cancel(self._join_key(group_id))
             self.timer.cancel(self._sync_key(group_id))
+            for member_id in list(group.members):
+                self.timer.cancel(self._heartbeat_key(group_id, member_id))
+
+    def _downgrade(self, consumer_group: ConsumerGroup, leaving: set[str]) -> bool:
+        """Kafka's ``convertToClassicGroup`` when the last consumer-protocol member leaves: the classic members
+        left form a classic group at the group epoch, with their current assignments, which then rebalances.
+        One batch tombstones the consumer group and writes the classic group; False (nothing changed) when it
+        cannot be written or an assignment cannot be expressed."""
+        gid = consumer_group.group_id
+        now = self._now()
+        group = ClassicGroup(gid, now, state=STABLE, generation=consumer_group.group_epoch,
+                             protocol_type=CONSUMER_PROTOCOL_TYPE, current_state_timestamp=now)
+        for m in consumer_group.members.values():
+            if m.member_id in leaving or m.classic is None:
+                continue
+            partitions: dict[str, list[int]] = {}
+            for topic_id, ps in m.assigned.items():
+                name = self.consumer.topics.name_of(topic_id)
+                if name is not None and ps:
+                    partitions[name] = sorted(ps)
+            try:
+                version = decode_subscription(m.classic.protocols[0][1]).version
+            except CorruptRecordError:
+                version = 0
+            group.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                             m.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, m.classic.protocols,
+                             encode_assignment(partitions, version)))
+        if not group.members:
+            return False
+        group.protocol_name = group.select_protocol()
+        group.leader_id = next(iter(group.members))
+        group.subscribed = group.compute_subscribed_topics()
+        records = self.consumer.encode(self.consumer.group_tombstones(consumer_group))
+        records.append(self._group_record(group, group.assignments()))
+        try:
+            self._write(gid, records)
+        except KafkaError as e:
+            log.warning("could not downgrade consumer group %s to a classic group: %s", gid, e)
+            return False
+        self.consumer.unload(lambda g: g == gid)
+        self.groups[gid] = group
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        log.info("consumer group %s converted to a classic group: only classic members are left", gid)
+        self._prepare_rebalance(group, f"Downgrade group {gid} from consumer to classic for member leaving.")
+        return True
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         group = self.consumer.groups.get(group_id)
@@ -347,6 +399,10 @@ class GroupMetadataManager:
             respond(join_error(req.member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
             return
         unknown = req.member_id == UNKNOWN_MEMBER_ID
+        consumer_group = self.consumer_group(req.group_id)
+        if consumer_group is not None and consumer_group.members:
+            self._join_consumer_group(req, respond)
+            return
         code = self._convert_empty_consumer_group(req.group_id)
         if code:
             respond(join_error(req.member_id, code))
@@ -374,6 +430,26 @@ class GroupMetadataManager:
             self._join_new_member(group, req, respond)
         else:
             self._join_existing_member(group, req, respond)
+
+    def _join_consumer_group(self, req: JoinRequest, respond: Waiter) -> None:
+        """A classic member joins a consumer group (Kafka's mixed group): answered at once, no join phase."""
+        try:
+            answer = self.consumer.classic_join(
+                req.group_id, req.member_id, req.group_instance_id, req.protocol_type, tuple(req.protocols),
+                req.session_timeout_ms, req.rebalance_timeout_ms, req.client_id, req.client_host,
+                req.api_version >= REQUIRES_KNOWN_MEMBER_ID_VERSION and req.group_instance_id is None)
+        except GroupError as e:
+            respond(join_error(req.member_id, e.error_code))
+            return
+        except KafkaError as e:
+            respond(join_error(req.member_id, group_append_error(e)))
+            return
+        if answer["error_code"]:
+            respond(join_error(answer["member_id"], answer["error_code"]))
+            return
+        respond({"error_code": ErrorCode.NONE, "generation_id": answer["generation_id"], "protocol_type": "consumer",
+                 "protocol_name": answer["protocol_name"], "leader": "", "skip_assignment": False,
+                 "member_id": answer["member_id"], "members": []})
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
         if group.is_in(EMPTY, DEAD):
@@ -693,6 +769,15 @@ class GroupMetadataManager:
         if not req.group_id:
             respond(sync_response(ErrorCode.INVALID_GROUP_ID))
             return
+        if self.consumer_group(req.group_id) is not None:
+            try:
+                assignment = self.consumer.classic_sync(req.group_id, req.member_id, req.group_instance_id,
+                                                        req.generation_id, req.protocol_type, req.protocol_name)
+            except GroupError as e:
+                respond(sync_response(e.error_code))
+                return
+            respond(sync_response(ErrorCode.NONE, CONSUMER_PROTOCOL_TYPE, req.protocol_name, assignment))
+            return
         group = self.groups.get(req.group_id)
         if group is None or group.is_empty:
             respond(sync_response(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -755,6 +840,11 @@ class GroupMetadataManager:
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if self.consumer_group(group_id) is not None:
+            try:
+                return self.consumer.classic_heartbeat(group_id, member_id, instance_id, generation_id)
+            except GroupError as e:
+                return e.error_code
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -778,6 +868,11 @@ class GroupMetadataManager:
         """``members`` are (member id, group instance id, reason); returns (group error, per-member results)."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, []
+        if self.consumer_group(group_id) is not None:
+            try:
+                return ErrorCode.NONE, self.consumer.classic_leave(group_id, [(m, i) for m, i, _ in members])
+            except KafkaError as e:
+                return group_append_error(e), []
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, []

@@ -237,3 +237,72 @@ def subscribed_topics(subscription: bytes) -> set[str] | None:
         return {r.string() for _ in range(r.array_len(2))}  # int16-length strings
     except CorruptRecordError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSubscription:
+    """Kafka's ``ConsumerProtocolSubscription`` v0-v3 (the classic ``consumer`` protocol's member metadata)."""
+
+    version: int
+    topics: tuple[str, ...]
+    user_data: bytes | None = None
+    owned_partitions: tuple[tuple[str, tuple[int, ...]], ...] = ()  # v1+
+    generation_id: int = -1  # v2+
+    rack_id: str | None = None  # v3+
+
+
+def decode_subscription(data: bytes | memoryview) -> ConsumerSubscription:
+    """The whole subscription; a newer version is read as v3 (its extra fields ignored), as Kafka reads it.
+    Raises CorruptRecordError for bytes that are not one."""
+    r = MessageReader(data, "ConsumerProtocolSubscription")
+    version = r.int16()
+    if version < 0:
+        raise CorruptRecordError(f"ConsumerProtocolSubscription: negative version {version}")
+    topics = tuple(r.string() for _ in range(r.array_len(2)))
+    length = r.int32()
+    user_data = None if length < 0 else bytes(r.take(length))
+    owned: list[tuple[str, tuple[int, ...]]] = []
+    generation, rack = -1, None
+    if version >= 1:
+        for _ in range(r.array_len(6)):
+            topic = r.string()
+            owned.append((topic, tuple(r.int32() for _ in range(r.array_len(4)))))
+    if version >= 2:
+        generation = r.int32()
+    if version >= 3:
+        rack = r.nullable_string()
+    return ConsumerSubscription(version, topics, user_data, tuple(owned), generation, rack)
+
+
+def encode_assignment(partitions: dict[str, list[int]], version: int = 0) -> bytes:
+    """A ``ConsumerProtocolAssignment`` (the same layout in v0-v3): what SyncGroup hands a classic member of a
+    consumer group, at the version of the member's own subscription (as Kafka answers)."""
+    w = MessageWriter()
+    w.int16(max(0, min(version, 3)))
+    w.array_len(len(partitions))
+    for topic in sorted(partitions):
+        w.string(topic)
+        ps = sorted(partitions[topic])
+        w.array_len(len(ps))
+        for p in ps:
+            w.int32(p)
+    w.int32(-1)  # no user data: the server-side assignor has none to give
+    return bytes(w.out)
+
+
+def decode_assignment_partitions(data: bytes | memoryview) -> dict[str, tuple[int, ...]]:
+    """The partitions of a ``ConsumerProtocolAssignment`` (a classic member's last assignment); raises
+    CorruptRecordError for bytes that are not one, ValueError when it carries user data (a custom assignor's,
+    which a consumer group would lose: Kafka refuses that upgrade)."""
+    r = MessageReader(data, "ConsumerProtocolAssignment")
+    if r.int16() < 0:
+        raise CorruptRecordError("ConsumerProtocolAssignment: negative version")
+    out: dict[str, tuple[int, ...]] = {}
+    for _ in range(r.array_len(6)):
+        topic = r.string()
+        out[topic] = tuple(r.int32() for _ in range(r.array_len(4)))
+    if r.remaining() >= 4:
+        length = r.int32()
+        if length > 0:
+            raise ValueError("the assignment carries user data from a custom assignor")
+    return out
