@@ -126,23 +126,37 @@ def security_of(scenario: str) -> tuple[str, str] | None:
 
 
 # ``--group-protocol consumer``: the whole suite again with TEST_CONSUMER_GROUP_PROTOCOL=consumer (KIP-848), as
-# librdkafka's own CI runs it; its results (and expectations) are named ``<test>@consumer``.
+# librdkafka's own CI runs it, in each of librdkafka's scenarios (``consumer`` is the default one,
+# ``consumer/noautocreate`` the other); its results (and expectations) are named ``<test>@consumer``.
 GROUP_PROTOCOL_RUNS = ("consumer",)
 
 
+def group_protocol_of(scenario: str) -> str | None:
+    head = scenario.split("/", 1)[0]
+    return head if head in GROUP_PROTOCOL_RUNS else None
+
+
 def is_variant(scenario: str) -> bool:
-    """A run named ``<test>@<scenario>``: a secured scenario, or the consumer group protocol."""
-    return scenario in GROUP_PROTOCOL_RUNS or security_of(scenario) is not None
+    """A run named ``<test>@<...>``: a secured scenario, or the consumer group protocol."""
+    return group_protocol_of(scenario) is not None or security_of(scenario) is not None
 
 
 def rdk_scenario(scenario: str) -> str:
-    """The librdkafka scenario (TEST_SCENARIO) a run is: the secured cluster and the consumer-protocol run use
-    the default one."""
-    return "default" if is_variant(scenario) else scenario
+    """The librdkafka scenario (TEST_SCENARIO) a run is: the secured cluster is the default one, and a
+    consumer-protocol run names its scenario after the slash (none: the default one)."""
+    if security_of(scenario):
+        return "default"
+    if group_protocol_of(scenario):
+        return scenario.partition("/")[2] or "default"
+    return scenario
+
+
+def file_part(scenario: str) -> str:
+    return scenario.replace(":", "-").replace("/", "-")
 
 
 def log_name(number: str, scenario: str) -> str:
-    return f"{number}{'' if scenario == 'default' else '-' + scenario.replace(':', '-')}.log"
+    return f"{number}{'' if scenario == 'default' else '-' + file_part(scenario)}.log"
 
 
 def keep_broker_logs(cluster: StrataCluster, logs: Path, number: str, scenario: str) -> None:
@@ -591,7 +605,10 @@ class Result:
     @property
     def key(self) -> str:
         """The test's name, with ``@<scenario>`` for a secured scenario (as in expectations.txt)."""
-        return f"{self.name}@{self.scenario}" if is_variant(self.scenario) else self.name
+        protocol = group_protocol_of(self.scenario)
+        if protocol:
+            return f"{self.name}@{protocol}"
+        return f"{self.name}@{self.scenario}" if security_of(self.scenario) else self.name
 
 
 def write_test_conf(conf: Path, cluster: StrataCluster, sec: tuple[str, str] | None) -> None:
@@ -618,7 +635,7 @@ def run_number(runner: Path, number: str, scenario: str, cluster: StrataCluster,
     env = {**os.environ, **cluster.env(),
            "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "TEST_SCENARIO": rdk_scenario(scenario),
            "RDKAFKA_TEST_CONF": str(conf), "TEST_MODE": "bare",
-           **({"TEST_CONSUMER_GROUP_PROTOCOL": scenario} if scenario in GROUP_PROTOCOL_RUNS else {}),
+           **({"TEST_CONSUMER_GROUP_PROTOCOL": protocol} if (protocol := group_protocol_of(scenario)) else {}),
            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}"}
     # KAFKA_PATH: where the tests find bin/kafka-*.sh (kafka-topics.sh, kafka-configs.sh, kafka-acls.sh):
     # this repository by default, whose bin/ has Strata's wrappers
@@ -866,14 +883,20 @@ def main() -> int:
         else:
             plan.append((sc, [n for n in sorted(SECURE_TESTS) if n in by_number
                               and (SECURE_TESTS[n] == "*" or sc.split(":")[0] in SECURE_TESTS[n].split(","))]))
-    if not args.no_scenarios and not security and classic:
-        other = sorted({sc for e in entries for sc in e.scenario.split(",")} - {"default", "ak23"})
-        for sc in other:  # ak23: Kafka 2.3's scenario, for 0103 only; it also runs in "default"
-            nums = [n for n in numbers if any(sc in e.scenario.split(",") for e in by_number[n])]
-            if nums:
-                plan.append((sc, nums))
-    if not security:
-        plan += [(p, numbers) for p in protocols if p in GROUP_PROTOCOL_RUNS]
+    other = sorted({sc for e in entries for sc in e.scenario.split(",")} - {"default", "ak23"})
+    if args.no_scenarios or security:
+        other = []
+    for sc in other if classic else ():  # ak23: Kafka 2.3's scenario, for 0103 only; it also runs in "default"
+        nums = [n for n in numbers if any(sc in e.scenario.split(",") for e in by_number[n])]
+        if nums:
+            plan.append((sc, nums))
+    for p in protocols if not security else ():
+        if p in GROUP_PROTOCOL_RUNS:
+            plan.append((p, numbers))
+            for sc in other:
+                nums = [n for n in numbers if any(sc in e.scenario.split(",") for e in by_number[n])]
+                if nums:
+                    plan.append((f"{p}/{sc}", nums))
 
     results: dict[str, Result] = {}
     crashes: list[str] = []
@@ -918,8 +941,8 @@ def main() -> int:
         sec = security_of(scenario)
         if sec is None or secure_cluster is None or not secure_cluster.brokers:
             ssl_files = SslFiles(work / "ssl") if sec else None
-            cluster = StrataCluster(work / ("cluster-secure" if sec else f"cluster-{scenario}"),
-                                    auto_create=scenario != "noautocreate", ssl=ssl_files)
+            cluster = StrataCluster(work / ("cluster-secure" if sec else f"cluster-{file_part(scenario)}"),
+                                    auto_create=rdk_scenario(scenario) != "noautocreate", ssl=ssl_files)
         else:
             cluster = secure_cluster  # every secured scenario is a client of the same secured cluster
         cluster.protocol = sec[0] if sec else "PLAINTEXT"
@@ -928,7 +951,7 @@ def main() -> int:
             + (f", client security.protocol={sec[0]}{' sasl.mechanism=' + sec[1] if sec[1] else ''}" if sec else "")
             + f": {len(nums)} test numbers")
         last_secure = sec is not None and not any(security_of(sc) for sc, _ in plan[plan.index((scenario, nums)) + 1:])
-        conf = work / f"test-{scenario.replace(':', '-')}.conf"
+        conf = work / f"test-{file_part(scenario)}.conf"
         try:
             if not cluster.brokers:
                 cluster.start()

@@ -15,6 +15,7 @@ Fencing removes the member and bumps the group epoch, so the others receive its 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -143,7 +144,6 @@ class ConsumerGroupManager:
         self._downgrade = downgrade or (lambda _group, _leaving: False)
         self.classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
-        self._regex_refreshed: dict[str, int] = {}  # group -> when its regexes were last resolved (ms)
         self.rebalances = 0  # group epoch bumps, for the metrics
 
     # -- ids and lookups ------------------------------------------------------------------------
@@ -201,7 +201,7 @@ class ConsumerGroupManager:
         if new_member or not updated.metadata_equals(member):
             changes.append(self._member_metadata(group.group_id, updated))
         names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
-        regexes, refreshed_at = self._regexes_after(group, member, updated, can_describe, changes)
+        regexes, regex_bump, regex_refresh = self._regexes_after(group, member, updated, changes)
         regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
         subscription_changed = names_changed or regex_changed
 
@@ -214,8 +214,8 @@ class ConsumerGroupManager:
         metadata_hash = self._metadata_hash(subscribed_names)
         group_epoch = group.group_epoch
         bumped = False
-        if (group_epoch == 0 and req.classic is None) or names_changed or regex_changed \
-                or regexes is not group.resolved_regexes or metadata_hash != group.metadata_hash:
+        if (group_epoch == 0 and req.classic is None) or names_changed or regex_bump \
+                or metadata_hash != group.metadata_hash:
             group_epoch += 1
             bumped = True
             changes.append((mr.ConsumerGroupMetadataKey(group.group_id),
@@ -245,8 +245,8 @@ class ConsumerGroupManager:
             changes.append(self._current_assignment(group.group_id, reconciled))
 
         self._commit(group.group_id, changes)
-        if refreshed_at is not None:  # only once written: a failed heartbeat must not postpone the next refresh
-            self._regex_refreshed[group.group_id] = refreshed_at
+        if regex_refresh:  # only once written: the resolution reads the group as this heartbeat left it
+            self._schedule_regex_refresh(group.group_id, can_describe)
         self.rebalances += bumped
         group = self.groups[group.group_id]
         self._after_reconcile(group, reconciled, assignment_changed)
@@ -605,49 +605,104 @@ class ConsumerGroupManager:
     # -- regular expressions ------------------------------------------------------------------------
 
     def _regexes_after(self, group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember,
-                       can_describe: Callable[[str], bool], changes: list[Change]
-                       ) -> tuple[dict[str, ResolvedRegex], int | None]:
-        """The group's resolved regexes once this heartbeat is applied (the same dict when unchanged), and the
-        time of this resolution when it was a refresh of the group's regexes (None otherwise).
+                       changes: list[Change]) -> tuple[dict[str, ResolvedRegex], bool, bool]:
+        """Kafka's ``maybeUpdateRegularExpressions``: (the group's resolved regexes once this heartbeat is
+        applied, whether the member's regex changed to one already resolved or was dropped (the epoch must
+        bump), whether a resolution should be started).
 
-        Resolution runs inline: a new regex is resolved on the heartbeat that brings it, and the group's
-        regexes are resolved again when the topics changed, at most every 10 s, and at least every
-        ``group.consumer.regex.refresh.interval.ms``. Topics the member may not DESCRIBE are left out.
+        Resolution is asynchronous, as in Kafka: a regex no member used before matches nothing until
+        :meth:`_refresh_regexes` (started after the heartbeat's records are written) has resolved it and
+        bumped the group epoch, and the member gets those partitions on a later heartbeat. A regex its last
+        subscriber dropped is tombstoned here.
         """
-        now = self._now()
-        in_use = {m.subscribed_topic_regex for m in group.members.values()
-                  if m.member_id != old.member_id and m.subscribed_topic_regex}
-        if new.subscribed_topic_regex:
-            in_use.add(new.subscribed_topic_regex)
+        old_regex, new_regex = old.subscribed_topic_regex, new.subscribed_topic_regex
+        others = [m.subscribed_topic_regex for m in group.members.values()
+                  if m.member_id != old.member_id and m.subscribed_topic_regex]
         regexes = group.resolved_regexes
-        out = dict(regexes)
-        changed = False
-        for gone in set(out) - in_use:
-            del out[gone]
-            changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, gone), None))
-            changed = True
-        last = self._regex_refreshed.get(group.group_id, 0)
-        refresh = now - last >= REGEX_MIN_REFRESH_MS
-        names: list[str] | None = None
+        bump = False
+        if old_regex != new_regex:
+            if old_regex and old_regex not in others and old_regex in regexes:
+                regexes = {r: v for r, v in regexes.items() if r != old_regex}
+                changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, old_regex), None))
+            if new_regex:
+                compile_regex(new_regex)
+                bump = new_regex in regexes
+            elif old_regex:
+                bump = True
+        in_use = set(others) | ({new_regex} if new_regex else set())
+        return regexes, bump, bool(in_use) and self._regexes_stale(group, in_use)
+
+    def _regexes_stale(self, group: ConsumerGroup, in_use: set[str]) -> bool:
+        """Whether the group's regexes should be resolved again: one is unresolved, the topics changed since
+        (checked at most every 10 s, Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS), or the last resolution is
+        older than ``group.consumer.regex.refresh.interval.ms``."""
+        if self.timer.is_scheduled(self._regex_key(group.group_id)):
+            return False
+        last = max((r.timestamp_ms for r in group.resolved_regexes.values()), default=0)
+        now = self._now()
+        if now <= last + REGEX_MIN_REFRESH_MS:
+            return False
+        if any(r not in group.resolved_regexes for r in in_use):
+            return True
+        version = self._topics_version()
+        return any(r.version != version for r in group.resolved_regexes.values()) \
+            or now > last + self.config.regex_refresh_interval_ms
+
+    def _topics_version(self) -> int:
+        """A digest of the topic names: a resolution's ``version`` (Kafka stores its metadata image's)."""
+        names = sorted(n for n in self.topics.names() if not n.startswith("__"))
+        digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") >> 1
+
+    @staticmethod
+    def _regex_key(group_id: str) -> Hashable:
+        return ("consumer-regex", group_id)
+
+    def _schedule_regex_refresh(self, group_id: str, can_describe: Callable[[str], bool]) -> None:
+        key = self._regex_key(group_id)
+        if not self.timer.is_scheduled(key):
+            self.timer.schedule(key, 0, lambda: self._refresh_regexes(group_id, can_describe))
+
+    def _refresh_regexes(self, group_id: str, can_describe: Callable[[str], bool]) -> None:
+        """Kafka's ``refreshRegularExpressions`` + ``handleRegularExpressionsResult``: resolve every regex the
+        group uses (full matches against the topic names, less the topics the member whose heartbeat started
+        it may not DESCRIBE), write one record per regex and, when a topic set or the metadata hash changed,
+        a group epoch bump: the members get the topics at their next heartbeats."""
+        group = self.groups.get(group_id)
+        if group is None or group.dead:
+            return
+        in_use = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        if not in_use:
+            return
+        now = self._now()
+        version = self._topics_version()
+        names = [n for n in self.topics.names() if not n.startswith("__")]
+        changes: list[Change] = []
+        regexes = dict(group.resolved_regexes)
+        bump = False
         for regex in sorted(in_use):
-            resolved = out.get(regex)
-            if resolved is not None and not refresh:
+            try:
+                pattern = compile_regex(regex)
+            except GroupError:
                 continue
-            if names is None:
-                names = [n for n in self.topics.names() if not n.startswith("__")]
-            pattern = compile_regex(regex)
             topics = frozenset(n for n in names if pattern.fullmatch(n) and can_describe(n))
-            if resolved is not None and resolved.topics == topics \
-                    and now - resolved.timestamp_ms < self.config.regex_refresh_interval_ms:
-                continue
-            if resolved is None or resolved.topics != topics:
-                changed = True
-            value = ResolvedRegex(topics, (resolved.version + 1) if resolved else 1, now)
-            out[regex] = value
-            changes.append((mr.ConsumerGroupRegularExpressionKey(group.group_id, regex),
-                            mr.ConsumerGroupRegularExpressionValue(topics=tuple(sorted(topics)),
-                                                                   version=value.version, timestamp=now)))
-        return (out if changed else regexes), (now if refresh else None)
+            old = regexes.get(regex)
+            bump |= old is None or old.topics != topics
+            regexes[regex] = ResolvedRegex(topics, version, now)
+            changes.append((mr.ConsumerGroupRegularExpressionKey(group_id, regex),
+                            mr.ConsumerGroupRegularExpressionValue(topics=tuple(sorted(topics)), version=version,
+                                                                   timestamp=now)))
+        metadata_hash = self._metadata_hash(self._subscribed_names(group.members.values(), regexes))
+        if bump or metadata_hash != group.metadata_hash:
+            changes.append((mr.ConsumerGroupMetadataKey(group_id),
+                            mr.ConsumerGroupMetadataValue(epoch=group.group_epoch + 1, metadata_hash=metadata_hash)))
+        try:
+            self._commit(group_id, changes)
+        except KafkaError as e:
+            log.warning("could not store the regular expressions of consumer group %s: %s", group_id, e)
+            return
+        if bump or metadata_hash != group.metadata_hash:
+            self.rebalances += 1
 
     # -- subscriptions, metadata, assignment ------------------------------------------------------------
 
@@ -874,7 +929,7 @@ class ConsumerGroupManager:
             for mid in group.members:
                 self.timer.cancel(self._session_key(group_id, mid))
                 self.timer.cancel(self._rebalance_key(group_id, mid))
-        self._regex_refreshed.pop(group_id, None)
+        self.timer.cancel(self._regex_key(group_id))
 
     def group_tombstones(self, group: ConsumerGroup) -> list[Change]:
         """Kafka's ``createGroupTombstoneRecords`` order."""
@@ -913,7 +968,7 @@ class ConsumerGroupManager:
             for mid in group.members:
                 self.timer.cancel(self._session_key(gid, mid))
                 self.timer.cancel(self._rebalance_key(gid, mid))
-            self._regex_refreshed.pop(gid, None)
+            self.timer.cancel(self._regex_key(gid))
         return len(doomed)
 
     # -- describing ------------------------------------------------------------------------------------
