@@ -142,6 +142,7 @@ class ConsumerGroupManager:
         self._classic_groups = classic_groups or (dict)
         self._drop_classic = drop_classic or (lambda _group_id: None)
         self._downgrade = downgrade or (lambda _group, _leaving: False)
+        self._is_share_group: Callable[[str], bool] = lambda _group_id: False  # set by the owner
         self.classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self.rebalances = 0  # group epoch bumps, for the metrics
@@ -273,6 +274,8 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is not None and not group.dead:
             return group
+        if self._is_share_group(group_id):
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         classic = self._classic_groups().get(group_id)
         if classic is not None and not classic.is_empty and create:
             return self._upgrade(classic, changes)

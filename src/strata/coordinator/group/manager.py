@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from strata.common import Clock
 from strata.config.group_config import ConsumerGroupConfig, GroupSettings
@@ -68,6 +68,7 @@ from strata.coordinator.group.records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
+from strata.coordinator.group.share_manager import Initializer, ShareGroupManager, ShareGroupSettings
 from strata.coordinator.group.timer import Timer
 from strata.errors import CorruptRecordError, ErrorCode, KafkaError
 
@@ -244,20 +245,33 @@ class _NoTopics:
         return []
 
 
+def _no_initializer(_group_id: str, _todo: dict[Any, frozenset[int]], _epoch: int,
+                    done: Callable[[dict[Any, frozenset[int]]], None]) -> None:
+    done({})
+
+
 class GroupMetadataManager:
     def __init__(self, config: GroupConfig, timer: Timer, clock: Clock, writer: Writer, *,
                  consumer_config: ConsumerGroupConfig | None = None, topics: TopicsView | None = None,
-                 group_settings: Callable[[str], GroupSettings] | None = None) -> None:
+                 group_settings: Callable[[str], GroupSettings] | None = None,
+                 share_settings: ShareGroupSettings | None = None,
+                 share_initializer: Initializer | None = None) -> None:
         self.config = config
         self.timer = timer
         self.clock = clock
         self._writer = writer
         self.groups: dict[str, ClassicGroup] = {}
         # KIP-848 consumer groups: their own state machine, the same id namespace and offsets
+        # KIP-932 share groups: replayed and kept, served once ShareFetch exists (share_initializer: the share
+        # coordinator's InitializeShareGroupState; None: nothing is initialized, so nothing is assigned)
+        self.share = ShareGroupManager(share_settings or ShareGroupSettings(), timer, clock, topics or _NoTopics(),
+                                       self._write, share_initializer or _no_initializer,
+                                       lambda gid: gid in self.groups or self.consumer_group(gid) is not None)
         self.consumer = ConsumerGroupManager(consumer_config or ConsumerGroupConfig(), timer, clock,
                                              topics or _NoTopics(), self._write, group_settings,
                                              lambda: self.groups, self._drop_replaced_classic, self._downgrade,
                                              config.max_size)
+        self.consumer._is_share_group = lambda gid: gid in self.share.groups
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         # Kafka's pendingTransactionalOffsetCommits: group -> producer id -> (topic, partition) -> offset
         self.pending_txn_offsets: dict[str, dict[int, dict[tuple[str, int], OffsetAndMetadata]]] = {}
@@ -402,6 +416,9 @@ class GroupMetadataManager:
         consumer_group = self.consumer_group(req.group_id)
         if consumer_group is not None and consumer_group.members:
             self._join_consumer_group(req, respond)
+            return
+        if req.group_id in self.share.groups:
+            respond(join_error(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         code = self._convert_empty_consumer_group(req.group_id)
         if code:
@@ -932,6 +949,7 @@ class GroupMetadataManager:
     def list_groups(self, states: set[str] | None = None, types: set[str] | None = None) -> list[Response]:
         """``states``/``types`` are lower-case filters; empty or None means all."""
         out = [] if types and "consumer" not in types else self.consumer.list_groups(states)
+        out += [] if types and "share" not in types else self.share.list_groups(states)
         if types and GROUP_TYPE_CLASSIC not in types:
             return out
         for group in self.groups.values():
@@ -1456,6 +1474,9 @@ class GroupMetadataManager:
             if isinstance(modern, CONSUMER_GROUP_KEYS):
                 self.consumer.apply(modern, None if value is None
                                     else modern_records.decode_value(modern.RECORD_TYPE, value))
+            else:  # share-group records (types 10-15)
+                self.share.apply(modern, None if value is None
+                                 else modern_records.decode_value(modern.RECORD_TYPE, value))
                 if value is not None and modern.group_id in self.groups and not self.groups[modern.group_id].members:
                     self.groups.pop(modern.group_id, None)  # an offsets-only group the consumer group replaced
 
@@ -1496,6 +1517,7 @@ class GroupMetadataManager:
     def on_loaded(self, group_ids: set[str] | None = None) -> None:
         """After replay: loaded members must heartbeat within their session timeout or be removed."""
         self.consumer.on_loaded(group_ids)
+        self.share.on_loaded(group_ids)
         for group in [g for g in self.groups.values() if group_ids is None or g.group_id in group_ids]:
             for m in list(group.members.values()):
                 self._reschedule_heartbeat(group, m)
@@ -1509,8 +1531,9 @@ class GroupMetadataManager:
         """Another broker coordinates these groups now (Kafka's ``removeGroupsForPartition``): parked
         requests get NOT_COORDINATOR, their timers stop, their state is forgotten here."""
         doomed = [gid for gid in set(self.groups) | set(self.offsets) | set(self.pending_txn_offsets)
-                  | set(self.consumer.groups) if which(gid)]
+                  | set(self.consumer.groups) | set(self.share.groups) if which(gid)]
         self.consumer.unload(which)
+        self.share.unload(which)
         for gid in doomed:
             group = self.groups.pop(gid, None)
             if group is not None:
@@ -1530,6 +1553,7 @@ class GroupMetadataManager:
             group.complete_all(ErrorCode.NOT_COORDINATOR)
         self.groups.clear()
         self.consumer.unload(lambda _gid: True)
+        self.share.unload(lambda _gid: True)
         self.offsets.clear()
         self.pending_txn_offsets.clear()
         self.open_groups_for_producer.clear()
