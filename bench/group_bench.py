@@ -48,6 +48,10 @@ class Members:
     def __init__(self, bootstrap: str, group: str, protocol: str) -> None:
         self.bootstrap, self.group, self.protocol = bootstrap, group, protocol
         self.consumers: list[Consumer] = []
+        # what each consumer owns, read by its own polling thread: a Consumer called from two threads at once
+        # (assignment() while another thread is in poll()) blocks until the poll returns, or longer
+        self.owned: dict[int, int] = {}
+        self.history: list[tuple[float, int, frozenset[int]]] = []  # (time, consumer, partitions) at each change
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -65,11 +69,20 @@ class Members:
         return c
 
     def _poll(self, c: Consumer) -> None:
+        last: frozenset[int] = frozenset()
         while not self._stop.is_set():
-            c.poll(0.05)
+            c.poll(0.02)
+            now = frozenset(tp.partition for tp in c.assignment())
+            self.owned[id(c)] = len(now)
+            if now != last:
+                self.history.append((time.perf_counter(), id(c), now))
+                last = now
+
+    def assigned(self, c: Consumer) -> int:
+        return self.owned.get(id(c), 0)
 
     def all_assigned(self) -> bool:
-        return all(c.assignment() for c in self.consumers)
+        return all(self.assigned(c) for c in self.consumers)
 
     def close(self) -> None:
         self._stop.set()
@@ -77,6 +90,25 @@ class Members:
             t.join(10)
         for c in self.consumers:
             c.close()
+
+
+def downtime(history: list[tuple[float, int, frozenset[int]]], partitions: int, start: float, end: float) -> float:
+    """Partition-seconds in [start, end] during which no member owned the partition: what consumers feel."""
+    owned: dict[int, frozenset[int]] = {}
+    holders = [0] * partitions
+    last = start
+    total = 0.0
+    for t, consumer, now in sorted(history):
+        if t > start:
+            total += (min(t, end) - last) * sum(1 for h in holders if h == 0)
+            last = min(t, end)
+        for p in owned.get(consumer, frozenset()):
+            holders[p] -= 1
+        for p in now:
+            holders[p] += 1
+        owned[consumer] = now
+    total += max(end - last, 0.0) * sum(1 for h in holders if h == 0)
+    return total
 
 
 def stable(admin: AdminClient, group: str, members: int) -> bool:
@@ -107,13 +139,14 @@ def one_run(broker: BrokerProcess, protocol: str, n: int, partitions: int, rep: 
         cpu0 = cpu_seconds(broker.pid())
         started = time.perf_counter()
         newcomer = members.add(topic)
-        wait(lambda: bool(newcomer.assignment()) and members.all_assigned() and stable(admin, group, n + 1), 300,
+        wait(lambda: members.assigned(newcomer) > 0 and members.all_assigned() and stable(admin, group, n + 1), 300,
              f"the {protocol} group stable again")
         seconds = time.perf_counter() - started
         cpu = cpu_seconds(broker.pid()) - cpu0
+        down = downtime(list(members.history), partitions, started, started + seconds)
     finally:
         members.close()
-    return {"protocol": protocol, "seconds": seconds, "broker_cpu_s": cpu}
+    return {"protocol": protocol, "seconds": seconds, "broker_cpu_s": cpu, "partition_downtime_s": down}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -132,18 +165,24 @@ def main(argv: list[str] | None = None) -> dict:
                 for protocol in ("consumer", "classic"):
                     runs.append(one_run(broker, protocol, n, args.partitions, rep))
                     print(f"  rep {rep} {protocol:<8} {runs[-1]['seconds']:6.2f} s  "
+                          f"partitions down {runs[-1]['partition_downtime_s']:7.2f} partition-s  "
                           f"broker {runs[-1]['broker_cpu_s']:5.2f} CPU-s", flush=True)
         finally:
             broker.stop()
     median = {p: statistics.median(r["seconds"] for r in runs if r["protocol"] == p) for p in ("consumer", "classic")}
     cpu = {p: statistics.median(r["broker_cpu_s"] for r in runs if r["protocol"] == p) for p in ("consumer", "classic")}
+    down = {p: statistics.median(r["partition_downtime_s"] for r in runs if r["protocol"] == p)
+            for p in ("consumer", "classic")}
     ratio = median["consumer"] / median["classic"]
+    down_ratio = down["consumer"] / down["classic"] if down["classic"] else 0.0
     result = {"members": n, "partitions": args.partitions, "runs": runs, "median_s": median,
-              "median_broker_cpu_s": cpu, "ratio": ratio, "target": TARGET, "pass": ratio <= TARGET}
+              "median_broker_cpu_s": cpu, "median_partition_downtime_s": down, "ratio": ratio,
+              "downtime_ratio": down_ratio, "target": TARGET, "pass": ratio <= TARGET}
     print(f"group rebalance, {n} members + 1 joining, {args.partitions} partitions: consumer protocol "
           f"{median['consumer']:.2f} s, classic {median['classic']:.2f} s, ratio {ratio:.2f} "
           f"(target <= {TARGET}) {'PASS' if ratio <= TARGET else 'FAIL'}; broker CPU-s "
-          f"{cpu['consumer']:.2f} / {cpu['classic']:.2f}")
+          f"{cpu['consumer']:.2f} / {cpu['classic']:.2f}; partitions unowned meanwhile {down['consumer']:.2f} / "
+          f"{down['classic']:.2f} partition-s (ratio {down_ratio:.3f})")
     OUT.mkdir(exist_ok=True)
     (OUT / "group_bench.json").write_text(json.dumps(result, indent=1))
     return result

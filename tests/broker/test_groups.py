@@ -417,13 +417,13 @@ def test_protocol_corners_over_the_wire(broker: BrokerProcess) -> None:
     host, port = broker.bootstrap.rsplit(":", 1)
     with WireClient(broker.bootstrap) as w:
         # FindCoordinator: single key (v0-v3) and batches (v4+); a single node coordinates transactions
-        # too, a share group has no coordinator, an empty transactional id is refused.
+        # too, a share key needs v6 (KeyType 2), an empty transactional id is refused.
         v0 = w.call(10, 0, key="g")
         assert (int(v0.error_code), v0.host, v0.port) == (0, host, int(port))
         v3 = w.call(10, 3, key="tx", key_type=1)
         assert (int(v3.error_code), v3.host, v3.port) == (0, host, int(port))
         assert int(w.call(10, 3, key="", key_type=1).error_code) == ErrorCode.INVALID_REQUEST
-        assert int(w.call(10, 3, key="s", key_type=2).error_code) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert int(w.call(10, 3, key="s", key_type=2).error_code) == ErrorCode.INVALID_REQUEST  # SHARE needs v6
         v4 = w.call(10, 4, key_type=0, coordinator_keys=["a", "b"])
         assert [(c.key, int(c.error_code), c.port) for c in v4.coordinators] == [("a", 0, int(port)),
                                                                                ("b", 0, int(port))]

@@ -63,6 +63,8 @@ from strata.common.metrics import Registry
 from strata.config import LogConfig
 from strata.config.broker_config import IGNORED_KEYS, BrokerConfig
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from strata.coordinator.share.coordinator import ShareCoordinator
+from strata.coordinator.share.records import SHARE_GROUP_STATE_TOPIC
 from strata.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from strata.diskless.metadata_log import DISKLESS_METADATA_TOPIC, METADATA_PARTITION
 from strata.diskless.service import DisklessService, diskless_tier_rows
@@ -173,6 +175,7 @@ class Broker:
             self.producer_ids = ClusterProducerIdManager(source.allocate)
         self.groups: Any = None  # the group coordinator, set in start() (see strata.coordinator.group)
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
+        self.share_coordinator: ShareCoordinator | None = None  # __share_group_state (KIP-932), set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.topic_recovery: TopicRecoveryService | None = None  # remote.recovery, with tiering on
         self.diskless: DisklessService | None = None  # diskless topics, set in start() when tiering is on
@@ -419,6 +422,8 @@ class Broker:
         await self.authorization.start()
         self.groups = GroupCoordinator(self)
         await self.groups.start()
+        self.share_coordinator = ShareCoordinator(self)
+        await self.share_coordinator.start()
         self.transactions = TransactionService(
             self.config, self.replicas, self.topics, self.view, self.admin, self.producer_ids.next_id,
             self.clock.milliseconds, self.cluster is not None, self.create_topic, lambda: self.config)
@@ -503,12 +508,16 @@ class Broker:
     def _on_leading(self, tp: TopicPartition, _topic_id: uuid.UUID) -> None:
         if tp.topic == OFFSETS_TOPIC and self.groups is not None:
             self.groups.on_leader(tp.partition)
+        elif tp.topic == SHARE_GROUP_STATE_TOPIC and self.share_coordinator is not None:
+            self.share_coordinator.on_leader(tp.partition)
         elif tp.topic == TRANSACTION_STATE_TOPIC and self.transactions is not None:
             self.transactions.on_leader(tp.partition, self.replicas.leader_epoch(tp))
 
     def _on_not_leading(self, tp: TopicPartition, _topic_id: uuid.UUID, _deleted: bool) -> None:
         if tp.topic == OFFSETS_TOPIC and self.groups is not None:
             self.groups.on_not_leader(tp.partition)
+        elif tp.topic == SHARE_GROUP_STATE_TOPIC and self.share_coordinator is not None:
+            self.share_coordinator.on_not_leader(tp.partition)
         elif tp.topic == TRANSACTION_STATE_TOPIC and self.transactions is not None:
             self.transactions.on_not_leader(tp.partition)
 
@@ -760,6 +769,8 @@ class Broker:
             await self.transactions.stop()
         if self.groups is not None:
             await self.groups.stop()
+        if self.share_coordinator is not None:
+            await self.share_coordinator.stop()
         if self.admin_http is not None:
             await self.admin_http.stop()
         if self.user_credentials is not None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from strata.common import TopicPartition
     from strata.config.broker_config import BrokerConfig
     from strata.coordinator.group.coordinator import GroupCoordinator
+    from strata.coordinator.share.coordinator import ShareCoordinator
     from strata.log.manager import LogManager
     from strata.quota.replication import ReplicationQuotas
     from strata.replication.replica_manager import ReplicaManager
@@ -48,6 +49,7 @@ class BrokerServices(Protocol):
     view: ClusterView  # brokers, controller, leaders
     groups: GroupCoordinator
     transactions: TransactionService | None  # None until the broker started it
+    share_coordinator: ShareCoordinator | None  # KIP-932 share-partition state; None until the broker started it
     producer_ids: ProducerIdManager | ClusterProducerIdManager
     remote_log_manager: RemoteLogManager | None  # None without tiering
     stats: TieredStats  # per-topic byte meters

@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 REGISTRY_FILE = "strata-topics.json"
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata",
-                             "__diskless_metadata"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
+                             "__remote_log_metadata", "__diskless_metadata"})
 
 
 def validate_topic_name(name: str) -> None:

@@ -35,6 +35,7 @@ from strata.config.security_config import (
     parse_protocol_map,
     strip_listener_prefix,
 )
+from strata.config.share_config import SHARE_COORDINATOR_KEYS, ShareCoordinatorConfig
 from strata.config.transaction_config import TRANSACTION_KEYS, TransactionConfig
 from strata.errors import InvalidConfigError
 
@@ -132,6 +133,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     *CLUSTER_KEYS,
     *TRANSACTION_KEYS,
     *GROUP_COORDINATOR_KEYS,
+    *SHARE_COORDINATOR_KEYS,
     *DISKLESS_KEYS,
     *CLEANER_KEYS,
     *SECURITY_KEYS,
@@ -141,7 +143,6 @@ BROKER_CONFIG_DEF = ConfigDef([
 IGNORED_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
-    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
 })
 
 
@@ -188,6 +189,7 @@ class BrokerConfig:
     raw: Mapping[str, str] = field(repr=False)  # holds passwords: never in a printed config
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    share_coordinator: ShareCoordinatorConfig = field(default_factory=ShareCoordinatorConfig)
     diskless: DisklessConfig = field(default_factory=DisklessConfig)
     connections_max_reauth_ms: int = 0
     connection_failed_authentication_delay_ms: int = 100
@@ -251,6 +253,7 @@ class BrokerConfig:
             cluster=ClusterConfig.from_parsed(p),
             transactions=TransactionConfig.from_parsed(p),
             consumer_groups=ConsumerGroupConfig.from_parsed(p),
+            share_coordinator=ShareCoordinatorConfig.from_parsed(p),
             cleaner=CleanerConfig.from_parsed(p),
             diskless=DisklessConfig.from_parsed(p),
             connections_max_reauth_ms=p["connections.max.reauth.ms"],

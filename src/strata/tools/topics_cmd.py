@@ -30,7 +30,7 @@ from strata.tools.kafka_cli import (
 ACTIONS = ("create", "list", "alter", "describe", "delete")
 REPORTS = ("under-replicated-partitions", "unavailable-partitions", "under-min-isr-partitions",
            "at-min-isr-partitions")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # Kafka's Topic.isInternal
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})  # Topic.isInternal
 DEFAULT_CONFIG = 5  # DescribeConfigs config_source: ConfigEntry.isDefault()
 MAX_REPLICATION_FACTOR = 32767
 ALTER_CONFIG_HINT = " (the kafka-configs CLI supports altering topic configs with a --bootstrap-server option)"

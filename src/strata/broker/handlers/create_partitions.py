@@ -15,6 +15,7 @@ towards the request's partition limit.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -75,14 +76,27 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         results += [{"name": t.name, "error_code": ErrorCode.POLICY_VIOLATION, "error_message": message}
                     for t in topics]
         return ctx.respond(throttle_time=0, results=results)
+    # Checked one by one, then grown together: in a cluster each growth waits until the new partitions'
+    # states are everywhere (a ZooKeeper round trip), and Kafka's controller handles a request's topics at once.
+    pending: list[tuple[str, asyncio.Task[None] | None]] = []
     for topic in topics:
         try:
             _check(ctx, topic)
-            if not request.validate_only:
-                manual = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
-                await ctx.broker.admin.add_partitions(topic.name, topic.count, manual)
         except KafkaError as e:
             results.append({"name": topic.name, "error_code": e.error_code, "error_message": str(e)})
             continue
-        results.append({"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None})
+        if request.validate_only:
+            pending.append((topic.name, None))
+            continue
+        manual = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+        pending.append((topic.name, asyncio.get_running_loop().create_task(
+            ctx.broker.admin.add_partitions(topic.name, topic.count, manual))))
+    for name, task in pending:
+        try:
+            if task is not None:
+                await task
+        except KafkaError as e:
+            results.append({"name": name, "error_code": e.error_code, "error_message": str(e)})
+            continue
+        results.append({"name": name, "error_code": ErrorCode.NONE, "error_message": None})
     return ctx.respond(throttle_time=0, results=results)

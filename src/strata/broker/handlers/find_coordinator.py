@@ -4,9 +4,11 @@ A single node coordinates every group and transactional id. In a cluster the coo
 leader of the key's partition of ``__consumer_offsets`` (groups) or ``__transaction_state``
 (transactional ids); either topic is created here on first use, as Kafka does.
 
-v0-v3 ask for one key, v4+ for a batch (``coordinator_keys``). Key type 2 (share group) gets
-COORDINATOR_NOT_AVAILABLE, which clients treat as "retry later" rather than as a fatal error; other
-key types are INVALID_REQUEST.
+v0-v3 ask for one key, v4+ for a batch (``coordinator_keys``). Key type 2 (KIP-932 share coordinator,
+v6+; brokers ask it for their share-partitions) takes the key ``groupId:topicId:partition``, parsed as
+Kafka parses it (INVALID_REQUEST if malformed, or below v6), and is answered with the leader of the key's
+partition of ``__share_group_state`` (created here on first use in a cluster). Other key types are
+INVALID_REQUEST.
 
 With an authorizer, each key is checked first, as Kafka's ``getCoordinator`` does: a group needs DESCRIBE on
 it (else GROUP_AUTHORIZATION_FAILED), a transactional id DESCRIBE on it (else
@@ -21,6 +23,8 @@ from typing import Any
 from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC
+from strata.coordinator.share.coordinator import parse_share_key
+from strata.coordinator.share.records import SHARE_GROUP_STATE_TOPIC
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 
@@ -50,6 +54,19 @@ async def _transaction_coordinator(ctx: RequestContext, key: str) -> dict[str, A
     return txns.coordinator_node(key, ctx.listener_name)
 
 
+async def _share_coordinator(ctx: RequestContext, key: str) -> dict[str, Any] | None:
+    """The leader of the share key's ``__share_group_state`` partition (this node on a single node)."""
+    share = ctx.broker.share_coordinator
+    if share is None or not share.active:
+        return None
+    if not await share.ensure_topic():
+        return None
+    if not share.clustered:
+        return ctx.broker.broker_entry(ctx.listener_name)
+    view = ctx.broker.view.partition(SHARE_GROUP_STATE_TOPIC, share.partition_for_key(key))
+    return ctx.broker.view.broker(view.leader, ctx.listener_name) if view.leader >= 0 else None
+
+
 def _authorization_error(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str] | None:
     """Kafka's checks ahead of the lookup (``KafkaApis.getCoordinator``), with ``Errors``' messages."""
     if key_type == GROUP_KEY and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
@@ -65,7 +82,9 @@ async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
     code: int = ErrorCode.NONE
     message = None
     entry = None
-    if (denied := _authorization_error(ctx, key_type, key)) is not None:
+    if key_type == SHARE_KEY and ctx.version < 6:  # Kafka checks this before the cluster authorization
+        code, message = ErrorCode.INVALID_REQUEST, "Share coordinator keys need FindCoordinator v6 or later."
+    elif (denied := _authorization_error(ctx, key_type, key)) is not None:
         code, message = denied
     elif key_type == GROUP_KEY:
         if manager_of(ctx) is None or (entry := await _group_coordinator(ctx, key)) is None:
@@ -76,7 +95,13 @@ async def _lookup(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
         elif (entry := await _transaction_coordinator(ctx, key)) is None:
             code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available."
     elif key_type == SHARE_KEY:
-        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "This broker has no share coordinator."
+        try:
+            parse_share_key(key)
+        except ValueError as e:
+            code, message = ErrorCode.INVALID_REQUEST, str(e)
+        else:
+            if (entry := await _share_coordinator(ctx, key)) is None:
+                code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "The share coordinator is not available."
     else:
         code, message = ErrorCode.INVALID_REQUEST, f"Unknown coordinator type {key_type}"
     if code:
