@@ -27,11 +27,11 @@ from confluent_kafka import (
     ConsumerGroupType,
     KafkaException,
     Producer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from tests.broker.harness import BrokerProcess
 from tests.cluster.test_cluster_metrics import scrape
+from tests.support.eos_worker import check_copied_once
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_GROUPS = {"group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "4000",
@@ -217,19 +217,7 @@ def test_exactly_once_while_members_join_leave_and_are_killed(broker: BrokerProc
             live.append(spawn())
         feeder.join(WAIT_S)
         assert done.is_set(), "the feeder did not finish"
-        out = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos-check", "log_level": 3,
-                        "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-        out.assign([TopicPartition("eos-out", 0, 0)])
-        seen: list[int] = []
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and len(seen) < total:
-            seen += [int(m.value()) for m in out.consume(500, 0.5) if m.error() is None]
-        time.sleep(2)  # anything beyond the total would be a duplicate: give it a moment to show up
-        seen += [int(m.value()) for m in out.consume(500, 1.0) if m.error() is None]
-        out.close()
-        duplicates = len(seen) - len(set(seen))
-        missing = sorted(set(range(total)) - set(seen))
-        assert not missing and not duplicates, f"{len(missing)} missing (first {missing[:10]}), {duplicates} twice"
+        check_copied_once(broker.bootstrap, "eos-out", total)
     finally:
         for proc in workers:
             if proc.poll() is None:

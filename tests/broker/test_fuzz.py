@@ -158,7 +158,7 @@ def test_idle_connections_are_closed_and_busy_ones_kept(tmp_path_factory: pytest
 
 
 def test_a_failing_handler_answers_with_its_error_code_or_closes() -> None:
-    from strata.broker.connection import _error_response
+    from strata.broker.wire.connection import _error_response
     from strata.protocol.frame import decode_request
 
     api_versions = decode_request(encode_request(18, 3, 1, client_software_name="a", client_software_version="1")[4:])

@@ -15,9 +15,10 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.harness import running_cluster, wait_until
+from tests.support.eos_worker import check_copied_once
 
 REPO = Path(__file__).resolve().parents[2]
 PROPS = {"group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "6000",
@@ -70,19 +71,7 @@ def test_consumer_group_survives_its_coordinator(zk_connect: str, tmp_path: Path
             assert done.is_set(), "the feeder did not finish"
             cluster.brokers[coordinator].start()
 
-            out = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "kip848-check", "log_level": 3,
-                            "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-            out.assign([TopicPartition("kout", 0, 0)])
-            seen: list[int] = []
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and len(seen) < total:
-                seen += [int(m.value()) for m in out.consume(500, 0.5) if m.error() is None]
-            time.sleep(2)
-            seen += [int(m.value()) for m in out.consume(500, 1.0) if m.error() is None]
-            out.close()
-            missing = sorted(set(range(total)) - set(seen))
-            duplicates = len(seen) - len(set(seen))
-            assert not missing and not duplicates, f"{len(missing)} missing ({missing[:10]}), {duplicates} twice"
+            check_copied_once(cluster.bootstrap, "kout", total, 120)
         finally:
             for w in workers:
                 if w.poll() is None:

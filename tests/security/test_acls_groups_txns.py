@@ -450,3 +450,58 @@ def test_describe_and_list_transactions_show_only_what_may_be_described(broker: 
         assert describe("broker") == describe("admin")
     finally:
         p.abort_transaction(30)
+
+
+# -- KIP-848 consumer groups (ConsumerGroupHeartbeat 68, ConsumerGroupDescribe 69) and the share-state RPCs --
+
+CG_HEARTBEAT, CG_DESCRIBE, INITIALIZE_SHARE_STATE = 68, 69, 83
+
+
+def _cg_join(w: WireClient, group: str, topics: list[str], regex: str | None = None) -> Any:
+    return w.call(CG_HEARTBEAT, 1, group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+                  rebalance_timeout=30000, subscribed_topic_names=topics, subscribed_topic_regex=regex,
+                  topic_partitions=[])
+
+
+def test_consumer_group_heartbeat_needs_read_on_the_group_and_describe_on_its_topics(broker: BrokerProcess) -> None:
+    """Kafka's ``handleConsumerGroupHeartbeat``: READ on the group, DESCRIBE on every named topic; a regex
+    leaves out, silently, the topics the member may not DESCRIBE."""
+    with _wire(broker, "alice") as w:
+        assert int(_cg_join(w, "g-none", [TOPIC]).error_code) == EC.GROUP_AUTHORIZATION_FAILED
+        assert int(_cg_join(w, "g-describe", [TOPIC]).error_code) == EC.GROUP_AUTHORIZATION_FAILED
+        refused = _cg_join(w, "g-ok", [TOPIC, SECRET])
+        assert int(refused.error_code) == EC.TOPIC_AUTHORIZATION_FAILED and SECRET in refused.error_message
+        joined = _cg_join(w, "g-ok", [], regex="acl-.*")  # acl-t, acl-txn, acl-secret, acl-markers exist
+        assert int(joined.error_code) == EC.NONE
+
+        def resolved() -> bool:
+            d = w.call(CG_DESCRIBE, 1, group_ids=["g-ok"], include_authorized_operations=False)
+            return int(d.groups[0].error_code) == EC.NONE and d.groups[0].group_epoch >= 2
+
+        _wait("the regex resolved", resolved)
+        w.call(CG_HEARTBEAT, 1, group_id="g-ok", member_id=joined.member_id, member_epoch=joined.member_epoch,
+               topic_partitions=[])  # the next heartbeat computes the target over the resolved topics
+        with _wire(broker, "admin") as admin:
+            described = admin.call(CG_DESCRIBE, 1, group_ids=["g-ok"], include_authorized_operations=False)
+        targets = {tp.topic_name for m in described.groups[0].members
+                   for tp in m.target_assignment.topic_partitions}
+        assert TOPIC in targets and SECRET not in targets  # alice may not DESCRIBE acl-secret: left out
+
+
+def test_consumer_group_describe_needs_describe_on_the_group_and_its_topics(broker: BrokerProcess) -> None:
+    with _wire(broker, "admin") as admin:
+        assert int(_cg_join(admin, "g-describe", [SECRET]).error_code) == EC.NONE  # shows a topic alice can't see
+    with _wire(broker, "alice") as w:
+        d = w.call(CG_DESCRIBE, 1, group_ids=["g-none", "g-describe"], include_authorized_operations=False)
+        codes = {g.group_id: int(g.error_code) for g in d.groups}
+        assert codes == {"g-none": EC.GROUP_AUTHORIZATION_FAILED, "g-describe": EC.TOPIC_AUTHORIZATION_FAILED}
+
+
+def test_share_state_rpcs_need_cluster_action(broker: BrokerProcess) -> None:
+    topic = [{"topic_id": uuid.uuid4(), "partitions": [{"partition": 0, "state_epoch": 0, "start_offset": 0}]}]
+    with _wire(broker, "alice") as w:
+        r = w.call(INITIALIZE_SHARE_STATE, 0, group_id="sg", topics=topic)
+        assert [int(p.error_code) for t in r.results for p in t.partitions] == [EC.CLUSTER_AUTHORIZATION_FAILED]
+    with _wire(broker, "broker") as w:
+        r = w.call(INITIALIZE_SHARE_STATE, 0, group_id="sg", topics=topic)
+        assert [int(p.error_code) for t in r.results for p in t.partitions] != [EC.CLUSTER_AUTHORIZATION_FAILED]

@@ -79,5 +79,22 @@ def rewind(consumer: Consumer) -> None:
             time.sleep(0.5)
 
 
+def check_copied_once(bootstrap: str, sink: str, total: int, timeout_s: float = 90.0) -> None:
+    """``sink`` (one partition), read with read_committed, holds the values 0..total-1 each exactly once."""
+    out = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{sink}-check", "log_level": 3,
+                    "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    out.assign([TopicPartition(sink, 0, 0)])
+    seen: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len(seen) < total:
+        seen += [int(m.value()) for m in out.consume(500, 0.5) if m.error() is None]
+    time.sleep(2)  # anything beyond the total would be a duplicate: give it a moment to show up
+    seen += [int(m.value()) for m in out.consume(500, 1.0) if m.error() is None]
+    out.close()
+    duplicates = len(seen) - len(set(seen))
+    missing = sorted(set(range(total)) - set(seen))
+    assert not missing and not duplicates, f"{len(missing)} missing (first {missing[:10]}), {duplicates} twice"
+
+
 if __name__ == "__main__":
     main(*sys.argv[1:7])

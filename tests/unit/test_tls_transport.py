@@ -1,4 +1,4 @@
-"""``strata.broker.transport`` over real TLS: a server-side :class:`TlsSocket` on a non-blocking socket of a
+"""``strata.broker.wire.transport`` over real TLS: a server-side :class:`TlsSocket` on a non-blocking socket of a
 ``socketpair``, a blocking ``ssl`` client on the other end in a thread, certificates from
 ``tests.security.certs``.
 
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from tests.security.certs import Pki, make_pki
 
-from strata.broker import transport
-from strata.broker.transport import TlsSocket, recv_into, send_bytes, sendfile_slice, tls_handshake, wrap_server
+from strata.broker.wire import transport
+from strata.broker.wire.transport import TlsSocket, recv_into, send_bytes, sendfile_slice, tls_handshake, wrap_server
 from strata.protocol.connection import NEED_DATA, RawFrame, ServerConnection
 
 

@@ -66,8 +66,16 @@ from strata.errors import ApiError, ErrorCode, InvalidConfigError
 
 if TYPE_CHECKING:
     from strata.broker.cluster_services import TopicAdmin
-    from strata.broker.dynamic_config import DynamicBrokerConfigs
     from strata.broker.topics import TopicRegistry
+
+
+class BrokerConfigStore(Protocol):
+    """What AlterConfigs needs of the dynamic broker configs (:class:`strata.broker.dynamic_config
+    .DynamicBrokerConfigs`, which builds on this module: named here, not imported, so the two do not import
+    each other)."""
+
+    async def alter(self, resource_name: str, changes: Sequence[ConfigChange], *, incremental: bool,
+                    validate_only: bool) -> None: ...
 
 
 class ConfigResources(Protocol):
@@ -652,7 +660,7 @@ async def alter_resource(broker: ConfigResources, resource_type: int, resource_n
         await groups.alter(resource_name, changes, incremental=incremental, validate_only=validate_only)
     elif resource_type == ResourceType.BROKER:
         check_broker_resource_name(resource_name, broker.node_id, allow_empty=True)
-        store: DynamicBrokerConfigs | None = getattr(broker, "dynamic_configs", None)
+        store: BrokerConfigStore | None = getattr(broker, "dynamic_configs", None)
         if store is None:
             refuse_broker_changes(changes)
         else:

@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 
 
 class TlsListener(Protocol):
-    """A listener whose keystore a dynamic config may replace (``strata.broker.listeners.ListenerRuntime``)."""
+    """A listener whose keystore a dynamic config may replace (``strata.broker.wire.listeners.ListenerRuntime``)."""
 
     name: str
     config: ListenerConfig

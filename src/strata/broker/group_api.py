@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from strata.coordinator.group.classic import Response, Waiter
 
 if TYPE_CHECKING:
-    from strata.broker.dispatch import RequestContext
+    from strata.broker.wire.dispatch import RequestContext
     from strata.coordinator.group.manager import GroupMetadataManager
 
 

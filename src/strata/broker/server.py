@@ -35,24 +35,24 @@ from strata.broker.cluster_services import (
 )
 from strata.broker.diskless_metrics import register_diskless_metrics
 from strata.broker.diskless_observer import DisklessMetadataObserver
-from strata.broker.dispatch import handlers
 from strata.broker.dynamic_config import DynamicBrokerConfigs
 from strata.broker.group_configs import GROUPS_ENTITY, GroupConfigStore
 from strata.broker.group_metrics import register_group_metrics
 from strata.broker.inter_broker import inter_broker_security
 from strata.broker.leader_producer import LeaderProducer
-from strata.broker.listeners import ListenerRuntime
 from strata.broker.producer_id_source import ProducerIdSource
 from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
 from strata.broker.recovery.offsets_upload import ConsumerOffsetsUploader
 from strata.broker.recovery.service import TopicRecoveryService, is_read_replica
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.replication_config import ReplicationConfig
-from strata.broker.throttling import Throttler
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.broker.transaction_metrics import register_transaction_metrics
 from strata.broker.transactions import TransactionService
 from strata.broker.user_credentials import UserCredentials
+from strata.broker.wire.dispatch import handlers
+from strata.broker.wire.listeners import ListenerRuntime
+from strata.broker.wire.throttling import Throttler
 from strata.cluster.entity_configs import EntityConfigsZk
 from strata.cluster.isolation import LeadershipProbe
 from strata.cluster.node import ClusterNode
@@ -262,6 +262,8 @@ class Broker:
         self.replicas.close_topic(info)
         if self.groups is not None:
             self.groups.on_topic_deleted(name)
+        if self.share_coordinator is not None:
+            self.share_coordinator.on_topics_deleted({info.topic_id})
         log.info("deleted topic %s", name)
         return info
 
@@ -535,6 +537,8 @@ class Broker:
                 rlm.stop_partitions(others, delete_remote=False, topic_id=info.topic_id)
         if self.groups is not None:
             self.groups.on_topic_deleted(info.name)
+        if self.share_coordinator is not None:
+            self.share_coordinator.on_topics_deleted({info.topic_id})
 
     def _drop_orphan_logs(self) -> None:
         """Logs the registry does not know (a delete interrupted by a crash) are deleted, not served.

@@ -3,7 +3,7 @@
 Why: the broker (``strata.broker.server``) composes the listeners, the dispatcher and every service, so a
 module that it imports and that imported it back (the dispatcher, the connection, the group and config
 glue once did, for their type hints) made one import circle through the whole wire layer. Handlers now see
-:class:`BrokerServices`, connections ``strata.broker.connection.ConnectionServices``, and lower rooms
+:class:`BrokerServices`, connections ``strata.broker.wire.connection.ConnectionServices``, and lower rooms
 declare their own narrower protocols (``GroupCoordinatorHost``, ``LocalTopics``, ``ConfigResources``,
 ``DynamicConfigHost``). Only the command line imports the server module (an import-linter contract).
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from strata.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from strata.broker.dispatch import RequestContext
+    from strata.broker.wire.dispatch import RequestContext
 
 # api key -> the first version whose clients understand PRODUCER_FENCED
 PRODUCER_FENCED_SINCE: dict[int, int] = {

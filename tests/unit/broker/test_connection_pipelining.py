@@ -14,8 +14,8 @@ from collections.abc import Callable, Coroutine
 from types import SimpleNamespace
 from typing import Any
 
-from strata.broker.connection import MAX_DEFERRED, ClientConnection
-from strata.broker.dispatch import CloseConnection, Deferred, HandlerSpec, RequestContext
+from strata.broker.wire.connection import MAX_DEFERRED, ClientConnection
+from strata.broker.wire.dispatch import CloseConnection, Deferred, HandlerSpec, RequestContext
 from strata.client.wire import encode_request
 
 PRODUCE, API_VERSIONS = 0, 18

@@ -248,7 +248,7 @@ def test_invalid_requests(tmp_path: Path) -> None:
 
 
 def test_quota_sensors_are_exported_per_user_and_client_and_expire() -> None:
-    from strata.broker.throttling import Throttler
+    from strata.broker.wire.throttling import Throttler
     from strata.common.metrics import Registry
 
     clock = Clock()

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.txn_errors import fenced_for_request
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC
 from strata.errors import ErrorCode

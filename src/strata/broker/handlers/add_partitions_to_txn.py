@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS
 from strata.broker.txn_errors import fenced_for_request
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType

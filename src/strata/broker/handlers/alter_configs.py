@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.config_views import ConfigChange, ResourceType, alter_resource, duplicate_resources
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.handlers.describe_configs import config_authorization_error
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode, KafkaError
 from strata.security.acl import AclOperation
 

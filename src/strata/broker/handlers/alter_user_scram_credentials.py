@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.user_credentials import Deletion, Upsertion
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles, supported_versions
+from strata.broker.wire.dispatch import RequestContext, handles, supported_versions
 
 API_VERSIONS = 18
 

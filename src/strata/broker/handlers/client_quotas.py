@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.client_quotas import FilterComponent, QuotaOp
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 from strata.quota.client import InvalidQuotaError
 from strata.security.acl import AclOperation

@@ -17,8 +17,8 @@ import dataclasses
 import uuid
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import client_host, manager_of, millis
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group.classic import GroupError
 from strata.coordinator.group.consumer import owned_from_request
 from strata.coordinator.group.consumer_manager import (

@@ -19,9 +19,9 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.handlers.create_topics import INVALID_REPLICA_ASSIGNMENT, MAX_PARTITIONS_PER_BATCH, check_assignment
 from strata.broker.topics import INTERNAL_TOPICS
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 

@@ -30,7 +30,6 @@ from typing import Any, cast
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from strata.broker.config_views import ConfigViews
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.recovery.service import (
     READ_REPLICA_CONFIG,
     RECOVERY_CONFIG,
@@ -40,6 +39,7 @@ from strata.broker.recovery.service import (
     wants_recovery,
 )
 from strata.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.config.log_config import canonical_topic_configs
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaError
 from strata.security.acl import AclOperation, ResourceType

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.diskless.coordinator.api import DeleteRecordsRequest as DisklessDeleteRecords
 from strata.errors import ApiError, ErrorCode, KafkaError

@@ -9,36 +9,15 @@ answer, as ``ShareCoordinatorService.deleteState`` gives; each partition is answ
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
-from strata.errors import ErrorCode
-from strata.security.acl import AclOperation
+from strata.broker.share_state_api import answer_partitions, code_entry
+from strata.broker.wire.dispatch import RequestContext, handles
 
 DELETE_SHARE_GROUP_STATE = 86
 
 
-def _results(request: Any, codes: list[int], message: str | None = None) -> list[dict[str, Any]]:
-    it = iter(codes)
-    return [{"topic_id": t.topic_id,
-             "partitions": [{"partition": p.partition, "error_code": (code := next(it)),
-                             "error_message": message if code else None} for p in t.partitions]}
-            for t in request.topics]
-
-
 @handles(DELETE_SHARE_GROUP_STATE)
 async def delete_share_group_state(ctx: RequestContext, request: Any) -> Any:
-    count = sum(len(t.partitions) for t in request.topics)
-    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
-        return ctx.respond(results=_results(request, [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * count,
-                                            "Cluster authorization failed."))
-    if not request.group_id or not request.topics or any(not t.partitions for t in request.topics):
-        return ctx.respond(results=[])
-    coordinator = ctx.broker.share_coordinator
-    if coordinator is None:
-        return ctx.respond(results=_results(request, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * count,
-                                            "Share coordinator is not available."))
-    codes = await asyncio.gather(*(coordinator.delete(request.group_id, t.topic_id, p.partition)
-                                   for t in request.topics for p in t.partitions))
-    return ctx.respond(results=_results(request, list(codes)))
+    return await answer_partitions(ctx, request, lambda c, t, p: c.delete(request.group_id, t.topic_id, p.partition),
+                                   int, code_entry)

@@ -31,8 +31,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS, TopicInfo
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.handlers.metadata import cluster_authorized_operations
+from strata.broker.wire.dispatch import RequestContext, handles
 
 DESCRIBE_CLUSTER = 60
 

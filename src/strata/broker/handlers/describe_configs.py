@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.config_views import ConfigViews, ResourceType, describe_resource
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode, KafkaError
 from strata.security.acl import AclOperation
 from strata.security.acl import ResourceType as AclResourceType

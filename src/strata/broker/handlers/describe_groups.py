@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of, owns
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 from strata.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import validate_topic_name
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ApiError, ErrorCode, KafkaError
 from strata.log.producer_state import ProducerStateEntry

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.txn_errors import fenced_for_request
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 

@@ -41,7 +41,7 @@ import logging
 import time
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, Spliced, handles
+from strata.broker.wire.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
 from strata.diskless.coordinator.api import FindBatchRequest
 from strata.diskless.placement import NO_BROKER, preferred_read_replica

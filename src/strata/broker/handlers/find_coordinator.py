@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC
 from strata.coordinator.share.coordinator import parse_share_key
 from strata.coordinator.share.records import SHARE_GROUP_STATE_TOPIC

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.handlers.alter_configs import alter
+from strata.broker.wire.dispatch import RequestContext, handles
 
 INCREMENTAL_ALTER_CONFIGS = 44
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import millis
 from strata.broker.txn_errors import fenced_for_request
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode, KafkaError
 from strata.security.acl import AclOperation, ResourceType
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import client_host, manager_of, millis, parked
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group.classic import dedupe_protocols
 from strata.coordinator.group.manager import JoinRequest, join_error
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 
 JOIN_GROUP = 11
+DURABLE_TIMEOUT_S = 5.0
 NULLABLE_PROTOCOL_VERSION = 7
 
 
@@ -51,4 +52,9 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     )
     fut, respond = parked()
     manager.join_group(req, respond)
-    return _answer(ctx, await fut)
+    answer = await fut
+    # a classic member joining a consumer group was written as records: answered once the ISR has them
+    if not answer.get("error_code") and manager.consumer_group(request.group_id) is not None \
+            and await ctx.broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S):
+        answer = join_error(request.member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return _answer(ctx, answer)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 
 LEAVE_GROUP = 13
 BATCH_VERSION = 3
+DURABLE_TIMEOUT_S = 5.0
 
 
 @handles(LEAVE_GROUP)
@@ -31,7 +32,11 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
     if manager is None:
         code, results = int(ErrorCode.COORDINATOR_NOT_AVAILABLE), []
     else:
+        mixed = manager.consumer_group(request.group_id) is not None
         code, results = manager.leave_group(request.group_id, members)
+        # a consumer group's members leave by records (fenced, the epoch bumped): answered once the ISR has them
+        if mixed and code == ErrorCode.NONE and await ctx.broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S):
+            code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if ctx.version >= BATCH_VERSION:
         return ctx.respond(throttle_time=0, error_code=code, members=results)
     if code == ErrorCode.NONE and results:

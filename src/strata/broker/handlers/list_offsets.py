@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.diskless.coordinator.api import ListOffsetsRequest as DisklessListOffsets
 from strata.errors import ApiError, ErrorCode, KafkaError

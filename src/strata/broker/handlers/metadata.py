@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.topics import INTERNAL_TOPICS, TopicInfo
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.diskless.placement import client_az, metadata_leader
 from strata.errors import ApiError, ErrorCode
 from strata.security.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_NAME, AclOperation, ResourceType

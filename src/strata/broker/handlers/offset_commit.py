@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of, millis
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group.manager import CommitRequest
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType

@@ -7,7 +7,7 @@ if such a request fails, the connection is closed instead, which is how Kafka te
 fire-and-forget producer to refresh its metadata.
 
 A request with diskless partitions does its work at once (checks, classic appends, every diskless batch
-into the active WAL file) and returns a :class:`~strata.broker.dispatch.Deferred` for the rest: the wait
+into the active WAL file) and returns a :class:`~strata.broker.wire.dispatch.Deferred` for the rest: the wait
 for the commit (and acks=all's ISR wait of its classic partitions). The connection reads the next request
 meanwhile, so a producer's pipelined requests share a commit cycle, and answers them in order.
 Classic-only requests are answered as before.
@@ -26,8 +26,8 @@ import asyncio
 import logging
 from typing import Any
 
-from strata.broker.dispatch import CloseConnection, Deferred, RequestContext, handles
 from strata.broker.transactions import TransactionService
+from strata.broker.wire.dispatch import CloseConnection, Deferred, RequestContext, handles
 from strata.client.wire import ADMIN_CLIENT_ID
 from strata.common import TopicPartition
 from strata.diskless.produce import diskless_entry

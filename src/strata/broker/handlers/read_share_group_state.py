@@ -11,18 +11,16 @@ share-partition, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.share_state_api import answer_partitions
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.share.coordinator import ReadResult
-from strata.errors import ErrorCode
-from strata.security.acl import AclOperation
 
 READ_SHARE_GROUP_STATE = 84
 
 
-def _partition(partition: int, r: ReadResult, message: str | None = None) -> dict[str, Any]:
+def _entry(partition: int, r: ReadResult, message: str | None) -> dict[str, Any]:
     return {"partition": partition, "error_code": r.error_code, "error_message": message if r.error_code else None,
             "state_epoch": r.state_epoch, "start_offset": r.start_offset,
             "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
@@ -30,24 +28,8 @@ def _partition(partition: int, r: ReadResult, message: str | None = None) -> dic
                               for b in r.state_batches]}
 
 
-def _results(request: Any, results: list[ReadResult], message: str | None = None) -> list[dict[str, Any]]:
-    it = iter(results)
-    return [{"topic_id": t.topic_id, "partitions": [_partition(p.partition, next(it), message) for p in t.partitions]}
-            for t in request.topics]
-
-
 @handles(READ_SHARE_GROUP_STATE)
 async def read_share_group_state(ctx: RequestContext, request: Any) -> Any:
-    count = sum(len(t.partitions) for t in request.topics)
-    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
-        return ctx.respond(results=_results(request, [ReadResult(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)] * count,
-                                            "Cluster authorization failed."))
-    if not request.group_id or not request.topics or any(not t.partitions for t in request.topics):
-        return ctx.respond(results=[])
-    coordinator = ctx.broker.share_coordinator
-    if coordinator is None:
-        return ctx.respond(results=_results(request, [ReadResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)] * count,
-                                            "Share coordinator is not available."))
-    results = await asyncio.gather(*(coordinator.read(request.group_id, t.topic_id, p.partition, p.leader_epoch)
-                                     for t in request.topics for p in t.partitions))
-    return ctx.respond(results=_results(request, list(results)))
+    return await answer_partitions(
+        ctx, request, lambda c, t, p: c.read(request.group_id, t.topic_id, p.partition, p.leader_epoch),
+        ReadResult, _entry)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from strata.broker.authentication import log_failure
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.wire.authentication import log_failure
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 from strata.security.sasl import IllegalSaslStateError, SaslAuthenticationError
 

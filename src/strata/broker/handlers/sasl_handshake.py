@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.authentication import log_failure
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.wire.authentication import log_failure
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
 
 SASL_HANDSHAKE = 17

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of, parked
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group.manager import SyncRequest, sync_response
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
 from strata.broker.group_api import manager_of, owns
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.coordinator.group.coordinator import OFFSETS_TOPIC
 from strata.coordinator.group.manager import NO_APPEND_OFFSET, TxnCommitRequest, txn_offset_append_error

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.dispatch import RequestContext, handles
+from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
 from strata.security.acl import AclOperation

@@ -315,22 +315,32 @@ class ConsumerGroupManager:
                 raise GroupError(ErrorCode.UNRELEASED_INSTANCE_ID,
                                  f"Static member {existing.member_id} with instance id {req.instance_id} is still "
                                  f"active in group {group.group_id}; the new member {req.member_id} cannot use it.")
-            log.info("static member %s of consumer group %s rejoins as %s", req.instance_id, group.group_id,
-                     req.member_id)
-            changes.extend(self._member_tombstones(group.group_id, existing.member_id))
-            new = replace(existing, member_id=req.member_id, member_epoch=0, previous_member_epoch=0)
-            changes.append((mr.ConsumerGroupTargetAssignmentMemberKey(group.group_id, req.member_id),
-                            mr.ConsumerGroupTargetAssignmentMemberValue(
-                                topic_partitions=to_topic_partitions(group.target_of(existing.member_id)))))
-            return new, existing.member_id
+            return self._replace_static(group, existing, req.member_id, changes), existing.member_id
+        member = self._known_static(existing, req)
+        self._check_epoch(member, req)
+        return member, None
+
+    def _replace_static(self, group: ConsumerGroup, existing: ConsumerGroupMember, member_id: str,
+                        changes: list[Change]) -> ConsumerGroupMember:
+        """Kafka's ``replaceMember``: the static member's new id takes over its old self and its target."""
+        log.info("static member %s of consumer group %s rejoins as %s", existing.instance_id, group.group_id,
+                 member_id)
+        changes.extend(self._member_tombstones(group.group_id, existing.member_id))
+        changes.append((mr.ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
+                        mr.ConsumerGroupTargetAssignmentMemberValue(
+                            topic_partitions=to_topic_partitions(group.target_of(existing.member_id)))))
+        return replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+
+    @staticmethod
+    def _known_static(existing: ConsumerGroupMember | None, req: HeartbeatRequest) -> ConsumerGroupMember:
+        """The static member a heartbeat or JoinGroup names with its own member id."""
         if existing is None:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         if existing.member_id != req.member_id:
             raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
                              f"Static member {req.member_id} with instance id {req.instance_id} was replaced by "
                              f"{existing.member_id}.")
-        self._check_epoch(existing, req)
-        return existing, None
+        return existing
 
     def _classic_member(self, group: ConsumerGroup, req: HeartbeatRequest,
                         changes: list[Change]) -> tuple[ConsumerGroupMember, str | None]:
@@ -346,19 +356,8 @@ class ConsumerGroupManager:
         if req.unknown_member:
             if existing is None:
                 return ConsumerGroupMember(req.member_id), None
-            changes.extend(self._member_tombstones(group.group_id, existing.member_id))
-            new = replace(existing, member_id=req.member_id, member_epoch=0, previous_member_epoch=0)
-            changes.append((mr.ConsumerGroupTargetAssignmentMemberKey(group.group_id, req.member_id),
-                            mr.ConsumerGroupTargetAssignmentMemberValue(
-                                topic_partitions=to_topic_partitions(group.target_of(existing.member_id)))))
-            return new, existing.member_id
-        if existing is None:
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-        if existing.member_id != req.member_id:
-            raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
-                             f"Static member {req.member_id} with instance id {req.instance_id} was replaced by "
-                             f"{existing.member_id}.")
-        return existing, None
+            return self._replace_static(group, existing, req.member_id, changes), existing.member_id
+        return self._known_static(existing, req), None
 
     @staticmethod
     def _check_epoch(member: ConsumerGroupMember, req: HeartbeatRequest) -> None:

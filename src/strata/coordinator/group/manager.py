@@ -1390,20 +1390,25 @@ class GroupMetadataManager:
                 and not self.has_pending_txn_offsets(gid)
             if delete_group:
                 records.append((encode_group_metadata_key(gid), None))
-            if not records:
+            if not records or not self._write_expiry(gid, records, expired, stored):
                 continue
-            try:
-                self._write(gid, records)
-            except KafkaError as e:
-                log.warning("failed to expire offsets of group %s: %s", gid, e)
-                continue
-            for key in expired:
-                stored.pop(key, None)
             removed += len(expired)
             if delete_group:
                 self._drop_group(group)
                 log.info("group %s expired: empty and without offsets", gid)
         return removed + self._expire_consumer_group_offsets(now, retention)
+
+    def _write_expiry(self, group_id: str, records: list[Record], expired: list[tuple[str, int]],
+                      stored: dict[tuple[str, int], OffsetAndMetadata]) -> bool:
+        """Write an expiry's tombstones; the offsets are forgotten only once they are in the log."""
+        try:
+            self._write(group_id, records)
+        except KafkaError as e:
+            log.warning("failed to expire offsets of group %s: %s", group_id, e)
+            return False
+        for key in expired:
+            stored.pop(key, None)
+        return True
 
     def _expire_consumer_group_offsets(self, now: int, retention: int) -> int:
         """Consumer groups: an offset of a topic no member subscribes to expires ``retention`` after its
@@ -1419,15 +1424,8 @@ class GroupMetadataManager:
             records: list[Record] = [(encode_offset_commit_key(gid, t, p), None) for t, p in expired]
             if delete_group:
                 records += self.consumer.encode(self.consumer.group_tombstones(group))
-            if not expired and not delete_group:
+            if (not expired and not delete_group) or not self._write_expiry(gid, records, expired, stored):
                 continue
-            try:
-                self._write(gid, records)
-            except KafkaError as e:
-                log.warning("failed to expire offsets of consumer group %s: %s", gid, e)
-                continue
-            for key in expired:
-                stored.pop(key, None)
             removed += len(expired)
             if delete_group:
                 self.consumer.unload(lambda g, gid=gid: g == gid)  # type: ignore[misc]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from strata.broker.dispatch import Spliced
+from strata.broker.wire.dispatch import Spliced
 from strata.common.metrics import Registry
 from strata.protocol.build import has_field
 from strata.protocol.frame import Request

@@ -18,8 +18,8 @@ from strata.protocol.frame import Request, known_versions, response_class
 from strata.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from strata.broker.authentication import Session
     from strata.broker.services import BrokerServices
+    from strata.broker.wire.authentication import Session
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -75,7 +75,7 @@ class Deferred:
     a coroutine that waits (for a diskless commit, an ISR) and returns the response, or None (acks=0),
     or raises as a handler would (:class:`CloseConnection`, an error answered UNKNOWN_SERVER_ERROR).
     The connection sends it after every earlier response and before every later one, as Kafka's
-    protocol requires (:mod:`strata.broker.connection`), and always awaits or closes the coroutine.
+    protocol requires (:mod:`strata.broker.wire.connection`), and always awaits or closes the coroutine.
     """
 
     __slots__ = ("answer",)

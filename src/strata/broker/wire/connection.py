@@ -8,7 +8,7 @@ last answer went out) until ``connections.max.idle.ms`` passes without progress.
 
 One exception: a produce with diskless partitions waits for a WAL commit shared by every request the
 broker takes in that commit interval. Its handler does its work in turn and returns a
-:class:`~strata.broker.dispatch.Deferred` for the wait; the connection then owes that answer and reads
+:class:`~strata.broker.wire.dispatch.Deferred` for the wait; the connection then owes that answer and reads
 the next request at once, so a producer's pipelined requests join the same WAL object instead of one
 commit cycle each. Owed answers go out in request order (a task per connection sends them as they
 become ready), and every later answer goes out after them; at ``MAX_DEFERRED`` owed the connection
@@ -37,11 +37,11 @@ import threading
 from collections import deque
 from typing import Any, Protocol
 
-from strata.broker.authentication import SASL_MAX_RECEIVE_SIZE, Session, log_failure
-from strata.broker.dispatch import CloseConnection, Deferred, RequestContext, Spliced, handlers, supported_versions
 from strata.broker.services import BrokerServices
-from strata.broker.throttling import Throttler, TimedCall, frame_size, with_throttle
-from strata.broker.transport import recv_into, send_bytes, sendfile_slice, tls_handshake, wrap_server
+from strata.broker.wire.authentication import SASL_MAX_RECEIVE_SIZE, Session, log_failure
+from strata.broker.wire.dispatch import CloseConnection, Deferred, RequestContext, Spliced, handlers, supported_versions
+from strata.broker.wire.throttling import Throttler, TimedCall, frame_size, with_throttle
+from strata.broker.wire.transport import recv_into, send_bytes, sendfile_slice, tls_handshake, wrap_server
 from strata.protocol.build import make, zero_values
 from strata.protocol.connection import NEED_DATA, ProtocolViolation, RawFrame, ServerConnection
 from strata.protocol.frame import Request, api_versions_unsupported_response, encode_response, response_class

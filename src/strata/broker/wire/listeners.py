@@ -3,8 +3,8 @@
 A listener owns what its connections share: its TLS server context (rebuilt when its keystore changes
 through IncrementalAlterConfigs: existing connections keep their session, new ones get the new
 certificate), the mapping from client certificates to principals, and its SASL mechanisms. Accepted
-sockets become :class:`~strata.broker.connection.ClientConnection` tasks with a fresh
-:class:`~strata.broker.authentication.Session`.
+sockets become :class:`~strata.broker.wire.connection.ClientConnection` tasks with a fresh
+:class:`~strata.broker.wire.authentication.Session`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from strata.broker.authentication import SaslMechanisms, ScramLookup, new_session
-from strata.broker.connection import ClientConnection
+from strata.broker.wire.authentication import SaslMechanisms, ScramLookup, new_session
+from strata.broker.wire.connection import ClientConnection
 from strata.config.security_config import ListenerConfig, SslConfig
 from strata.errors import InvalidConfigError
 from strata.security.principal import SslPrincipalMapper
 from strata.security.ssl_factory import SslContextHolder, connection_principal
 
 if TYPE_CHECKING:
-    from strata.broker.connection import ConnectionServices
+    from strata.broker.wire.connection import ConnectionServices
 
 log = logging.getLogger(__name__)
 
