@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from strata.spark.options import SinkOptions
-from strata.spark.sink import (
+from strata.spark.task_writer import (
     StrataWriteError,
     StrataWriterCommitMessage,
     _librdkafka_logger,
