@@ -122,7 +122,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
                       req.member_epoch if e.error_code != ErrorCode.FENCED_MEMBER_EPOCH else 0)
     except KafkaError as e:
         return _error(ctx, group_append_error(e), str(e))
-    code = await broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S)
+    code = await broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S) if manager.consumer.wrote else 0
     if code:
         return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
     return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, error_message=None, **answer)
