@@ -321,7 +321,10 @@ from kafka import KafkaConsumer
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 c = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[3], client_id="doomed",
                   enable_auto_commit=False, partition_assignment_strategy=[RoundRobinPartitionAssignor],
-                  session_timeout_ms=int(sys.argv[4]), heartbeat_interval_ms=500, max_poll_interval_ms=15000)
+                  session_timeout_ms=int(sys.argv[4]), heartbeat_interval_ms=500, max_poll_interval_ms=15000,
+                  # kafka-python may lead a join before its first Metadata answer and assign nothing, then rejoin
+                  # only at its next metadata refresh (5 min by default): on a loaded machine, past the test's wait
+                  metadata_max_age_ms=1000)
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     c.poll(timeout_ms=200)

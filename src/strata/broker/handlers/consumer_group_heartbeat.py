@@ -122,7 +122,10 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
                       req.member_epoch if e.error_code != ErrorCode.FENCED_MEMBER_EPOCH else 0)
     except KafkaError as e:
         return _error(ctx, group_append_error(e), str(e))
-    code = await broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S) if manager.consumer.wrote else 0
+    # Every answer waits until the partition's earlier writes are in the ISR, even one that wrote nothing: it
+    # may tell the member what another request just wrote, and a coordinator that dies before the ISR has
+    # it would be replaced by one that never heard of it (Kafka's runtime holds answers the same way).
+    code = await broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S)
     if code:
         return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
     return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, error_message=None, **answer)

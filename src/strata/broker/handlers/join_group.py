@@ -53,8 +53,8 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     fut, respond = parked()
     manager.join_group(req, respond)
     answer = await fut
-    # a classic member joining a consumer group was written as records: answered once the ISR has them
+    # a classic member of a consumer group: answered once the ISR has what the answer rests on
     if not answer.get("error_code") and manager.consumer_group(request.group_id) is not None \
-            and manager.consumer.wrote and await ctx.broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S):
+            and await ctx.broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S):
         answer = join_error(request.member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return _answer(ctx, answer)

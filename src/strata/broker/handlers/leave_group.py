@@ -33,9 +33,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
         code, results = int(ErrorCode.COORDINATOR_NOT_AVAILABLE), []
     else:
         mixed = manager.consumer_group(request.group_id) is not None
-        manager.consumer.wrote = False
         code, results = manager.leave_group(request.group_id, members)
-        mixed = mixed and manager.consumer.wrote
         # a consumer group's members leave by records (fenced, the epoch bumped): answered once the ISR has them
         if mixed and code == ErrorCode.NONE and await ctx.broker.groups.durable(request.group_id, DURABLE_TIMEOUT_S):
             code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -146,9 +146,6 @@ class ConsumerGroupManager:
         self.classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self.rebalances = 0  # group epoch bumps, for the metrics
-        # whether the last call wrote records (the handlers wait for the ISR only then: a heartbeat that
-        # changed nothing must not stall on a slow follower)
-        self.wrote = False
 
     # -- ids and lookups ------------------------------------------------------------------------
 
@@ -178,7 +175,6 @@ class ConsumerGroupManager:
 
     def heartbeat(self, req: HeartbeatRequest, can_describe: Callable[[str], bool] = lambda _t: True) -> Response:
         """One heartbeat's answer; raises GroupError with the error the client must see."""
-        self.wrote = False
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(req)
         changes: list[Change] = []
@@ -451,7 +447,6 @@ class ConsumerGroupManager:
                      client_id: str, client_host: str, requires_known_member_id: bool) -> Response:
         """Kafka's ``classicGroupJoinToConsumerGroup``: answered at once (no join phase), with the member epoch
         as the generation and no leader: the coordinator assigns, the member only syncs."""
-        self.wrote = False
         group = self.groups[group_id]
         if self.config.migration_policy == "disabled":
             raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -910,7 +905,6 @@ class ConsumerGroupManager:
         if not changes:
             return
         self._write(group_id, self.encode(changes))
-        self.wrote = True
         for key, value in changes:
             if isinstance(key, ClassicGroupTombstone):
                 self._drop_classic(key.group_id)
