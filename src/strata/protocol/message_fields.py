@@ -12,6 +12,8 @@ allocation or a Python exception from deep inside.
 from __future__ import annotations
 
 import struct
+import uuid
+from collections.abc import Iterable, Iterator
 
 from strata.errors import CorruptRecordError
 from strata.protocol.records.varint import encode_uvarint
@@ -80,6 +82,18 @@ class MessageWriter:
         """The end of a structure: no tagged fields (flexible versions only)."""
         if self.flexible:
             self.uvarint(0)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self.out += v.bytes
+
+    def tagged_fields(self, fields: Iterable[tuple[int, bytes]]) -> None:
+        """A tagged-field section; ``fields`` (tag, encoded value) in ascending tag order."""
+        items = list(fields)
+        self.uvarint(len(items))
+        for tag, data in items:
+            self.uvarint(tag)
+            self.uvarint(len(data))
+            self.out += data
 
 
 class MessageReader:
@@ -169,6 +183,18 @@ class MessageReader:
         if n > self.remaining():  # every tagged field takes at least two bytes
             raise CorruptRecordError(f"{self.what}: {n} tagged fields but only {self.remaining()} bytes left", self.pos)
         return n
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self.take(16).tobytes())
+
+    def tagged_fields(self) -> Iterator[tuple[int, MessageReader]]:
+        """Each tagged field of a section as (tag, a reader over exactly its bytes); a field the caller does
+        not read is skipped (a field of a newer Kafka, as Kafka's reader does)."""
+        for _ in range(self.tag_count()):
+            tag = self.uvarint()
+            field = MessageReader(self.take(self.uvarint()), f"{self.what} tagged field {tag}")
+            field.flexible = self.flexible
+            yield tag, field
 
     def skip_tags(self) -> None:
         """Skip a structure's tagged fields (fields of a newer Kafka are skipped, as Kafka's reader does)."""

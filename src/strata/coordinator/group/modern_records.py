@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -373,14 +373,6 @@ def _required(v: str | None, what: str) -> str:
     return v
 
 
-def _write_uuid(w: MessageWriter, v: uuid.UUID) -> None:
-    w.out += v.bytes
-
-
-def _read_uuid(r: MessageReader) -> uuid.UUID:
-    return uuid.UUID(bytes=r.take(16).tobytes())
-
-
 def _write_int32s(w: MessageWriter, values: tuple[int, ...]) -> None:
     w.array_len(len(values))
     for v in values:
@@ -402,24 +394,6 @@ def _read_strings(r: MessageReader) -> tuple[str, ...]:
     return tuple(r.string() for _ in range(r.array_len(1)))
 
 
-def _write_tagged(w: MessageWriter, fields: list[tuple[int, bytes]]) -> None:
-    """A tagged-field section; ``fields`` in ascending tag order."""
-    w.uvarint(len(fields))
-    for tag, data in fields:
-        w.uvarint(tag)
-        w.uvarint(len(data))
-        w.out += data
-
-
-def _tagged(r: MessageReader) -> Iterator[tuple[int, MessageReader]]:
-    """Each tagged field of a section as (tag, a reader over exactly its data); skipped if not consumed."""
-    for _ in range(r.tag_count()):
-        tag = r.uvarint()
-        field = MessageReader(r.take(r.uvarint()), f"{r.what} tagged field {tag}")
-        field.flexible = r.flexible
-        yield tag, field
-
-
 def _read_tagged_int64(field: MessageReader) -> int:
     if field.remaining() != 8:
         raise CorruptRecordError(f"{field.what}: int64 of {field.remaining()} bytes", field.pos)
@@ -429,7 +403,7 @@ def _read_tagged_int64(field: MessageReader) -> int:
 def _write_topic_partitions(w: MessageWriter, values: tuple[TopicPartitions, ...]) -> None:
     w.array_len(len(values))
     for tp in values:
-        _write_uuid(w, tp.topic_id)
+        w.uuid(tp.topic_id)
         _write_int32s(w, tp.partitions)
         w.tags()
 
@@ -437,7 +411,7 @@ def _write_topic_partitions(w: MessageWriter, values: tuple[TopicPartitions, ...
 def _read_topic_partitions(r: MessageReader) -> tuple[TopicPartitions, ...]:
     out = []
     for _ in range(r.array_len(18)):  # uuid, compact array count, tag count
-        topic_id = _read_uuid(r)
+        topic_id = r.uuid()
         partitions = _read_int32s(r)
         r.skip_tags()  # 4.3's AssignmentEpochs (tag 0) among them
         out.append(TopicPartitions(topic_id, partitions))
@@ -519,7 +493,7 @@ def encode_value(value: ModernValue) -> bytes:
         elif isinstance(value, ConsumerGroupPartitionMetadataValue):
             w.array_len(len(value.topics))
             for t in value.topics:
-                _write_uuid(w, t.topic_id)
+                w.uuid(t.topic_id)
                 w.string(_required(t.topic_name, "TopicName"))
                 w.int32(t.num_partitions)
                 w.array_len(len(t.partition_metadata))
@@ -563,13 +537,13 @@ def encode_value(value: ModernValue) -> bytes:
             for infos in (value.initializing_topics, value.initialized_topics):
                 w.array_len(len(infos))
                 for info in infos:
-                    _write_uuid(w, info.topic_id)
+                    w.uuid(info.topic_id)
                     w.string(_required(info.topic_name, "TopicName"))
                     _write_int32s(w, info.partitions)
                     w.tags()
             w.array_len(len(value.deleting_topics))
             for topic in value.deleting_topics:
-                _write_uuid(w, topic.topic_id)
+                w.uuid(topic.topic_id)
                 w.string(_required(topic.topic_name, "TopicName"))
                 w.tags()
         elif isinstance(value, ConsumerGroupRegularExpressionValue):
@@ -578,7 +552,7 @@ def encode_value(value: ModernValue) -> bytes:
             w.int64(value.timestamp)
         else:
             raise TypeError(f"not a consumer- or share-group record value: {value!r}")
-        _write_tagged(w, tagged)
+        w.tagged_fields(tagged)
     except struct.error as e:
         raise ValueError(f"{type(value).__name__} field out of range: {e}") from None
     return bytes(w.out)
@@ -589,7 +563,7 @@ def encode_value(value: ModernValue) -> bytes:
 def _decode_consumer_group_metadata(r: MessageReader) -> ConsumerGroupMetadataValue:
     epoch = r.int32()
     metadata_hash = 0
-    for tag, field in _tagged(r):
+    for tag, field in r.tagged_fields():
         if tag == TAG_METADATA_HASH:
             metadata_hash = _read_tagged_int64(field)
     return ConsumerGroupMetadataValue(epoch, metadata_hash)
@@ -598,7 +572,7 @@ def _decode_consumer_group_metadata(r: MessageReader) -> ConsumerGroupMetadataVa
 def _decode_consumer_group_partition_metadata(r: MessageReader) -> ConsumerGroupPartitionMetadataValue:
     topics = []
     for _ in range(r.array_len(23)):  # uuid, compact string, int32, compact array count, tag count
-        topic_id = _read_uuid(r)
+        topic_id = r.uuid()
         topic_name = r.string()
         num_partitions = r.int32()
         partition_metadata = []
@@ -623,7 +597,7 @@ def _decode_consumer_group_member_metadata(r: MessageReader) -> ConsumerGroupMem
     rebalance_timeout_ms = r.int32()
     server_assignor = r.nullable_string()
     classic = None
-    for tag, field in _tagged(r):
+    for tag, field in r.tagged_fields():
         if tag == TAG_CLASSIC_MEMBER_METADATA:
             classic = _decode_classic_member_metadata(field)
     return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, subscribed_topic_names,
@@ -694,7 +668,7 @@ def _decode_share_group_state_partition_metadata(r: MessageReader) -> ShareGroup
     for _ in range(2):  # InitializingTopics, InitializedTopics
         infos = []
         for _ in range(r.array_len(19)):  # uuid, compact string, compact array count, tag count
-            topic_id = _read_uuid(r)
+            topic_id = r.uuid()
             topic_name = r.string()
             partitions = _read_int32s(r)
             r.skip_tags()
@@ -702,7 +676,7 @@ def _decode_share_group_state_partition_metadata(r: MessageReader) -> ShareGroup
         lists.append(tuple(infos))
     deleting = []
     for _ in range(r.array_len(18)):  # uuid, compact string, tag count
-        topic_id = _read_uuid(r)
+        topic_id = r.uuid()
         topic_name = r.string()
         r.skip_tags()
         deleting.append(TopicInfo(topic_id, topic_name))

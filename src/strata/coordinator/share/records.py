@@ -115,7 +115,7 @@ def encode_key(key: ShareKey) -> bytes:
     try:
         w.int16(key.RECORD_TYPE)
         w.string(key.group_id)
-        w.out += key.topic_id.bytes
+        w.uuid(key.topic_id)
         w.int32(key.partition)
     except struct.error as e:
         raise ValueError(f"{type(key).__name__} field out of range: {e}") from None
@@ -130,7 +130,7 @@ def decode_key(data: bytes | bytearray | memoryview) -> ShareKey | None:
     if cls is None:
         return None
     group_id = r.string()
-    topic_id = uuid.UUID(bytes=r.take(16).tobytes())
+    topic_id = r.uuid()
     partition = r.int32()
     r.done()
     return cls(group_id, topic_id, partition)
@@ -163,13 +163,8 @@ def encode_value(value: ShareValue) -> bytes:
             w.int8(b.delivery_state)
             w.int16(b.delivery_count)
             w.tags()
-        if value.delivery_complete_count == NO_DELIVERY_COMPLETE_COUNT:
-            w.uvarint(0)
-        else:
-            w.uvarint(1)  # one tagged field
-            w.uvarint(TAG_DELIVERY_COMPLETE_COUNT)
-            w.uvarint(4)
-            w.int32(value.delivery_complete_count)
+        w.tagged_fields([] if value.delivery_complete_count == NO_DELIVERY_COMPLETE_COUNT
+                        else [(TAG_DELIVERY_COMPLETE_COUNT, I32.pack(value.delivery_complete_count))])
     except struct.error as e:
         raise ValueError(f"{type(value).__name__} field out of range: {e}") from None
     return bytes(w.out)
@@ -205,13 +200,11 @@ def decode_value(record_type: int, data: bytes | bytearray | memoryview) -> Shar
         r.skip_tags()
         batches.append(StateBatch(first_offset, last_offset, delivery_state, delivery_count))
     delivery_complete_count = NO_DELIVERY_COMPLETE_COUNT
-    for _ in range(r.tag_count()):
-        tag = r.uvarint()
-        field = r.take(r.uvarint())
+    for tag, field in r.tagged_fields():
         if tag == TAG_DELIVERY_COMPLETE_COUNT:
-            if len(field) != 4:
-                raise CorruptRecordError(f"{what}: tagged int32 {tag} of {len(field)} bytes", r.pos)
-            delivery_complete_count = int(I32.unpack(field)[0])
+            if field.remaining() != 4:
+                raise CorruptRecordError(f"{what}: tagged int32 {tag} of {field.remaining()} bytes", r.pos)
+            delivery_complete_count = field.int32()
         # any other tag is a field from a newer Kafka: skipped, as Kafka's reader does
     if version <= VALUE_VERSION:
         r.done()  # a newer version may append fields we do not know: ignore them
