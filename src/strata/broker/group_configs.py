@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from strata.broker.config_views import AlterOp, ConfigChange
-from strata.cluster.entity_configs import EntityConfigsZk
+from strata.cluster.entity_configs import EntityConfigConflictError, EntityConfigsZk
+from strata.cluster.zk import ZkError
 from strata.config.group_config import ConsumerGroupConfig, GroupSettings, group_settings, validate_group_configs
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaStorageError
 from strata.log.checkpoints import atomic_write
@@ -76,12 +77,20 @@ class GroupConfigStore:
         if validate_only:
             return
         if self._zk is not None:
-            await self._zk.update(group_id, lambda _current: new)
+            try:
+                await self._zk.update(group_id, lambda _current: new)
+            except (EntityConfigConflictError, ZkError, OSError) as e:  # ZooKeeper unreachable, or a race lost
+                raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Cannot store the configs of group {group_id}: {e}") \
+                    from None
             return
         groups = {**self._local, group_id: new}
         if not new:
             groups.pop(group_id)
-        atomic_write(self._path, json.dumps({"version": 1, "groups": groups}, indent=1, sort_keys=True).encode())
+        try:
+            atomic_write(self._path, json.dumps({"version": 1, "groups": groups}, indent=1, sort_keys=True).encode())
+        except OSError as e:  # a full or read-only disk: refused, the old configs stay
+            raise ApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot store the configs of group {group_id}: {e}") \
+                from None
         self._local = groups
 
     @staticmethod
