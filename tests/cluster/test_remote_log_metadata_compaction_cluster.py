@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from tests.cluster.tiered_harness import TieredCluster
 from tests.tiered.harness import wait_until
 from tests.tiered.test_remote_log_metadata_compaction import (
@@ -65,8 +66,19 @@ def view(tc: TieredCluster, produced: int) -> tuple[int, int, list]:
     return start, tc.list_offsets(TOPIC, 0, -5)[0], tc.consume(TOPIC, 0, start, produced - start)
 
 
+def _configs_if_created(tc: TieredCluster) -> dict[str, tuple[str, bool]] | None:
+    try:
+        return topic_configs(tc, META)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise
+        return None
+
+
 def test_a_follower_replays_the_compacted_metadata_and_leads(tc: TieredCluster) -> None:
-    assert topic_configs(tc, META)["cleanup.policy"] == ("compact", True)
+    # the brokers create the topic in the background at startup, as Kafka's RLMM does: wait until it is seen
+    configs = wait_until(f"{META} created and visible", lambda: _configs_if_created(tc), timeout_s=60)
+    assert configs["cleanup.policy"] == ("compact", True)
     tc.alter_topic(META, META_CLEANING)
     tc.create_topic(TOPIC, max_batches_per_segment=1, replication_factor=3, retention_bytes="600")
     produce(tc, 0, 80)
