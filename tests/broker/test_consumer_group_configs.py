@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from tests.broker.harness import BrokerProcess
 from tests.broker.kafka_wire import WireClient
@@ -95,3 +96,40 @@ def test_a_group_config_set_through_any_broker_reaches_the_coordinator(zk_connec
                 r = join(w, group, "ccfg")
                 return int(r.error_code) == 0 and r.heartbeat_interval.total_seconds() * 1000 == 250
             wait_until(interval, 30, "the coordinator answering the group's own heartbeat interval")
+
+
+def test_share_group_configs_over_the_wire(tmp_path: Path) -> None:
+    """KIP-932's share.* keys on a GROUP resource: set with IncrementalAlterConfigs, read back with
+    DescribeConfigs (the unset ones at the broker's defaults), and a bad value refused naming the key."""
+    b = BrokerProcess(tmp_path / "b", {"group.share.record.lock.duration.ms": "20000"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 3})
+        group = "g-share-cfg"
+        for key, value in (("share.record.lock.duration.ms", "45000"), ("share.auto.offset.reset", "earliest"),
+                           ("share.isolation.level", "read_committed")):
+            set_group_config(b.bootstrap, group, key, value)
+        resource = ConfigResource(ResourceType.GROUP, group)
+        got = admin.describe_configs([resource])[resource].result(15)
+        assert {k: got[k].value for k in ("share.record.lock.duration.ms", "share.auto.offset.reset",
+                                          "share.isolation.level")} == {
+            "share.record.lock.duration.ms": "45000", "share.auto.offset.reset": "earliest",
+            "share.isolation.level": "read_committed"}
+        assert (got["share.session.timeout.ms"].value, got["share.heartbeat.interval.ms"].value) == ("45000", "5000")
+        other = ConfigResource(ResourceType.GROUP, "g-share-unset")
+        unset = admin.describe_configs([other])[other].result(15)
+        assert unset["share.record.lock.duration.ms"].value == "20000"  # the broker's group.share.* default
+        assert unset["share.auto.offset.reset"].value == "latest"
+
+        for key, value in (("share.auto.offset.reset", "sometimes"), ("share.record.lock.duration.ms", "500"),
+                           ("share.isolation.level", "read_dirty")):
+            try:
+                set_group_config(b.bootstrap, group, key, value)
+            except KafkaException as e:
+                assert e.args[0].code() == KafkaError.INVALID_CONFIG and key in e.args[0].str(), (key, e)
+            else:
+                raise AssertionError(f"{key}={value} was accepted")
+        again = admin.describe_configs([resource])[resource].result(15)
+        assert again["share.auto.offset.reset"].value == "earliest"  # the refused values changed nothing
+        assert again["share.record.lock.duration.ms"].value == "45000"
+    finally:
+        b.stop()

@@ -17,7 +17,6 @@ from tests.diskless.harness import diskless_broker, wal_objects
 from tests.diskless.test_diskless_consolidation import CONSOLIDATING, _read_all, _remote_segments
 from tests.tiered.harness import wait_until
 
-
 DISKLESS = 1500
 TOTAL = 500 + DISKLESS + 2
 

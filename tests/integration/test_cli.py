@@ -442,8 +442,8 @@ def test_demo_refuses_to_wipe_a_foreign_directory(tmp_path):
     (["--set", "remote.log.storage.system.enable=true",
       "--set", "rlmm.config.remote.log.metadata.topic.num.partitions=0"], "remote.log.metadata.topic.num.partitions"),
     (["--set", "remote.log.reader.threads=0"], "remote.log.reader.threads"),
-    # a protocol the coordinator does not speak (share groups are not served yet), or no classic: refused
-    (["--set", "group.coordinator.rebalance.protocols=classic,share"], "group.coordinator.rebalance.protocols"),
+    # a protocol the coordinator does not speak (streams groups), or no classic: refused
+    (["--set", "group.coordinator.rebalance.protocols=classic,streams"], "group.coordinator.rebalance.protocols"),
     (["--set", "group.coordinator.rebalance.protocols=consumer"], "group.coordinator.rebalance.protocols"),
 ])
 def test_serve_refuses_bad_config_naming_the_key(tmp_path, args, named):

@@ -59,9 +59,15 @@ from strata.config.broker_config import (
     listener_config_base,
     merge_dynamic_configs,
 )
-from strata.config.group_config import ConsumerGroupConfig, GroupSettings
+from strata.config.group_config import (
+    DEFAULT_SHARE_GROUP_CONFIG,
+    ConsumerGroupConfig,
+    GroupSettings,
+    group_config_def,
+)
 from strata.config.log_config import LOG_CONFIG_DEF, TOPIC_CONFIG_ALIASES, LogConfig, canonical_topic_configs
 from strata.config.security_config import is_sensitive
+from strata.config.share_config import ShareGroupConfig
 from strata.errors import ApiError, ErrorCode, InvalidConfigError
 
 if TYPE_CHECKING:
@@ -690,27 +696,28 @@ def describe_resource(broker: ConfigResources, views: ConfigViews, resource_type
         if not resource_name:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Group name must not be empty.")
         return select(group_config_views(groups.overrides(resource_name), groups.settings(resource_name),
-                                         groups.defaults), keys)
+                                         groups.defaults, groups.share_defaults), keys)
     raise ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource_type)}")
 
 
-def group_config_views(overrides: Mapping[str, str], settings: GroupSettings,
-                       defaults: ConsumerGroupConfig) -> list[ConfigView]:
-    """Every GROUP key (Kafka's ``GroupConfig``), sorted: the group's own value (DYNAMIC_GROUP_CONFIG) or the
-    broker's ``group.<key>`` (DEFAULT_CONFIG when not set in server.properties either)."""
-    effective = {"consumer.session.timeout.ms": settings.session_timeout_ms,
-                 "consumer.heartbeat.interval.ms": settings.heartbeat_interval_ms}
-    broker = {"consumer.session.timeout.ms": defaults.session_timeout_ms,
-              "consumer.heartbeat.interval.ms": defaults.heartbeat_interval_ms}
+def group_config_views(overrides: Mapping[str, str], settings: GroupSettings, defaults: ConsumerGroupConfig,
+                       share_defaults: ShareGroupConfig = DEFAULT_SHARE_GROUP_CONFIG) -> list[ConfigView]:
+    """Every GROUP key (Kafka's ``GroupConfig``, as :func:`group_config_def` defines them), sorted: the group's
+    own value (DYNAMIC_GROUP_CONFIG) or the default (DEFAULT_CONFIG), with the broker's ``group.<key>`` as a
+    synonym where there is one (``share.auto.offset.reset`` and ``share.isolation.level`` have none)."""
+    definitions = group_config_def(defaults, share_defaults).keys
+    effective = settings.values()
     out = []
-    for name in sorted(effective):
+    for name in sorted(definitions):
+        key = definitions[name]
         synonyms: list[Synonym] = []
         if name in overrides:
             source = ConfigSource.DYNAMIC_GROUP_CONFIG
             synonyms.append(Synonym(name, overrides[name], source))
         else:
             source = ConfigSource.DEFAULT_CONFIG
-        synonyms.append(Synonym(f"group.{name}", str(broker[name]), ConfigSource.DEFAULT_CONFIG))
-        out.append(ConfigView(name, str(effective[name]), source, False, ConfigType.INT, tuple(synonyms),
-                              f"The {name.replace('.', ' ')} of this group's members"))
+        if f"group.{name}" in BROKER_CONFIG_DEF.keys:
+            synonyms.append(Synonym(f"group.{name}", str(key.default), ConfigSource.DEFAULT_CONFIG))
+        out.append(ConfigView(name, str(effective[name]), source, False, _TYPES.get(key.type, ConfigType.STRING),
+                              tuple(synonyms), key.doc))
     return out

@@ -1,4 +1,4 @@
-"""Per-group configs (KIP-848 resource type GROUP): ``consumer.session.timeout.ms`` and friends.
+"""Per-group configs (KIP-848 resource type GROUP): ``consumer.session.timeout.ms``, ``share.*`` and friends.
 
 Kafka keeps them as KRaft ConfigRecords. In Strata they live where the other entity configs do: on a
 single node in ``strata-group-configs.json`` in the first log dir (replaced atomically), in a cluster
@@ -18,7 +18,14 @@ from pathlib import Path
 from strata.broker.config_views import AlterOp, ConfigChange
 from strata.cluster.entity_configs import EntityConfigConflictError, EntityConfigsZk
 from strata.cluster.zk import ZkError
-from strata.config.group_config import ConsumerGroupConfig, GroupSettings, group_settings, validate_group_configs
+from strata.config.group_config import (
+    DEFAULT_SHARE_GROUP_CONFIG,
+    ConsumerGroupConfig,
+    GroupSettings,
+    group_settings,
+    validate_group_configs,
+)
+from strata.config.share_config import ShareGroupConfig
 from strata.errors import ApiError, ErrorCode, InvalidConfigError, KafkaStorageError
 from strata.log.checkpoints import atomic_write
 
@@ -29,9 +36,11 @@ GROUPS_ENTITY = "groups"
 
 
 class GroupConfigStore:
-    def __init__(self, log_dir: Path, defaults: ConsumerGroupConfig, zk: EntityConfigsZk | None = None) -> None:
+    def __init__(self, log_dir: Path, defaults: ConsumerGroupConfig, zk: EntityConfigsZk | None = None, *,
+                 share_defaults: ShareGroupConfig = DEFAULT_SHARE_GROUP_CONFIG) -> None:
         self._path = log_dir / GROUP_CONFIG_FILE
         self.defaults = defaults
+        self.share_defaults = share_defaults  # the broker's group.share.*: defaults and bounds of share.* keys
         self._zk = zk
         self._local: dict[str, dict[str, str]] = {}
 
@@ -58,10 +67,10 @@ class GroupConfigStore:
     def settings(self, group_id: str) -> GroupSettings:
         """The effective values; overrides that no longer fit the broker's bounds fall back to its defaults."""
         try:
-            return group_settings(self.defaults, self.overrides(group_id))
+            return group_settings(self.defaults, self.overrides(group_id), self.share_defaults)
         except InvalidConfigError as e:
             log.warning("ignoring the configs of group %s: %s", group_id, e)
-            return group_settings(self.defaults, {})
+            return group_settings(self.defaults, {}, self.share_defaults)
 
     async def alter(self, group_id: str, changes: Sequence[ConfigChange], *, incremental: bool,
                     validate_only: bool) -> None:
@@ -71,7 +80,7 @@ class GroupConfigStore:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Group name must not be empty.")
         new = self._apply(self.overrides(group_id) if incremental else {}, changes)
         try:
-            validate_group_configs(self.defaults, new)
+            validate_group_configs(self.defaults, new, self.share_defaults)
         except InvalidConfigError as e:
             raise ApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
         if validate_only:

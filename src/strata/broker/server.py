@@ -46,6 +46,8 @@ from strata.broker.recovery.offsets_upload import ConsumerOffsetsUploader
 from strata.broker.recovery.service import TopicRecoveryService, is_read_replica
 from strata.broker.remote_metadata_topic import BrokerMetadataTopic, ClusterMetadataTopic
 from strata.broker.replication_config import ReplicationConfig
+from strata.broker.share.partition_manager import SharePartitionManager
+from strata.broker.share.persister import SharePersister
 from strata.broker.topics import TopicInfo, TopicRegistry
 from strata.broker.transaction_metrics import register_transaction_metrics
 from strata.broker.transactions import TransactionService
@@ -176,6 +178,8 @@ class Broker:
         self.groups: Any = None  # the group coordinator, set in start() (see strata.coordinator.group)
         self.transactions: TransactionService | None = None  # the transaction coordinator, set in start()
         self.share_coordinator: ShareCoordinator | None = None  # __share_group_state (KIP-932), set in start()
+        self.share_persister: SharePersister | None = None  # share-partition state, wherever its coordinator is
+        self.shares: SharePartitionManager | None = None  # share-partitions led here (ShareFetch), set in start()
         self.remote_log_manager: RemoteLogManager | None = None  # set in start() when tiering is on
         self.topic_recovery: TopicRecoveryService | None = None  # remote.recovery, with tiering on
         self.diskless: DisklessService | None = None  # diskless topics, set in start() when tiering is on
@@ -264,6 +268,8 @@ class Broker:
             self.groups.on_topic_deleted(name)
         if self.share_coordinator is not None:
             self.share_coordinator.on_topics_deleted({info.topic_id})
+        if self.shares is not None:
+            self.shares.on_topic_deleted(info.topic_id)
         log.info("deleted topic %s", name)
         return info
 
@@ -418,7 +424,8 @@ class Broker:
         await quotas.start()
         self.group_configs = GroupConfigStore(
             self.config.log_dirs[0], self.config.consumer_groups,
-            EntityConfigsZk(self.cluster.zk, GROUPS_ENTITY) if self.cluster is not None else None)
+            EntityConfigsZk(self.cluster.zk, GROUPS_ENTITY) if self.cluster is not None else None,
+            share_defaults=self.config.share_groups)
         await self.group_configs.start()
         self.client_quotas = quotas
         await self.authorization.start()
@@ -426,6 +433,11 @@ class Broker:
         await self.groups.start()
         self.share_coordinator = ShareCoordinator(self)
         await self.share_coordinator.start()
+        self.share_persister = SharePersister(self.share_coordinator, self.view, self.node_id,
+                                              inter_broker_security(self.config))
+        self.shares = SharePartitionManager(self, self.share_persister)
+        self.groups.share_state = self.share_persister
+        self.groups.share_listener(self.shares.member_left)
         self.transactions = TransactionService(
             self.config, self.replicas, self.topics, self.view, self.admin, self.producer_ids.next_id,
             self.clock.milliseconds, self.cluster is not None, self.create_topic, lambda: self.config)
@@ -516,6 +528,8 @@ class Broker:
             self.transactions.on_leader(tp.partition, self.replicas.leader_epoch(tp))
 
     def _on_not_leading(self, tp: TopicPartition, _topic_id: uuid.UUID, _deleted: bool) -> None:
+        if self.shares is not None:
+            self.shares.on_partition_moved(tp)
         if tp.topic == OFFSETS_TOPIC and self.groups is not None:
             self.groups.on_not_leader(tp.partition)
         elif tp.topic == SHARE_GROUP_STATE_TOPIC and self.share_coordinator is not None:
@@ -539,6 +553,8 @@ class Broker:
             self.groups.on_topic_deleted(info.name)
         if self.share_coordinator is not None:
             self.share_coordinator.on_topics_deleted({info.topic_id})
+        if self.shares is not None:
+            self.shares.on_topic_deleted(info.topic_id)
 
     def _drop_orphan_logs(self) -> None:
         """Logs the registry does not know (a delete interrupted by a crash) are deleted, not served.
@@ -775,6 +791,10 @@ class Broker:
             await self.groups.stop()
         if self.share_coordinator is not None:
             await self.share_coordinator.stop()
+        if self.shares is not None:
+            await self.shares.stop()
+        if self.share_persister is not None:
+            self.share_persister.close()
         if self.admin_http is not None:
             await self.admin_http.stop()
         if self.user_credentials is not None:

@@ -23,10 +23,12 @@ if TYPE_CHECKING:
     from strata.broker.dynamic_config import DynamicBrokerConfigs
     from strata.broker.group_configs import GroupConfigStore
     from strata.broker.producer_ids import ClusterProducerIdManager, ProducerIdManager
+    from strata.broker.share.partition_manager import SharePartitionManager
+    from strata.broker.share.persister import SharePersister
     from strata.broker.topics import TopicRegistry
     from strata.broker.transactions import TransactionService
     from strata.broker.user_credentials import UserCredentials
-    from strata.common import TopicPartition
+    from strata.common import Clock, TopicPartition
     from strata.config.broker_config import BrokerConfig
     from strata.coordinator.group.coordinator import GroupCoordinator
     from strata.coordinator.share.coordinator import ShareCoordinator
@@ -50,6 +52,9 @@ class BrokerServices(Protocol):
     groups: GroupCoordinator
     transactions: TransactionService | None  # None until the broker started it
     share_coordinator: ShareCoordinator | None  # KIP-932 share-partition state; None until the broker started it
+    share_persister: SharePersister | None  # that state, wherever its coordinator runs
+    shares: SharePartitionManager | None  # the share-partitions this broker leads (ShareFetch/ShareAcknowledge)
+    clock: Clock
     producer_ids: ProducerIdManager | ClusterProducerIdManager
     remote_log_manager: RemoteLogManager | None  # None without tiering
     stats: TieredStats  # per-topic byte meters

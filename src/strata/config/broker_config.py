@@ -35,7 +35,12 @@ from strata.config.security_config import (
     parse_protocol_map,
     strip_listener_prefix,
 )
-from strata.config.share_config import SHARE_COORDINATOR_KEYS, ShareCoordinatorConfig
+from strata.config.share_config import (
+    SHARE_COORDINATOR_KEYS,
+    SHARE_GROUP_KEYS,
+    ShareCoordinatorConfig,
+    ShareGroupConfig,
+)
 from strata.config.transaction_config import TRANSACTION_KEYS, TransactionConfig
 from strata.errors import InvalidConfigError
 
@@ -43,14 +48,14 @@ HOUR_MS = 60 * 60 * 1000
 
 def _rebalance_protocols(protocols: list[str]) -> str | None:
     """Kafka's values are classic, consumer (KIP-848), share (KIP-932) and streams (KIP-1071), with classic
-    required. A protocol Strata does not speak (streams, and share until share groups exist) would be
-    accepted and silently not honoured, so it is refused."""
+    required. A protocol Strata does not speak (streams) would be accepted and silently not honoured, so it
+    is refused."""
     unknown = [p for p in protocols if p not in ("classic", "consumer", "share", "streams")]
     if unknown:
         return f"{unknown[0]!r} is not one of classic, consumer, share, streams"
     if "classic" not in protocols:
         return "disabling the 'classic' protocol is not supported"
-    others = [p for p in protocols if p not in ("classic", "consumer")]
+    others = [p for p in protocols if p not in ("classic", "consumer", "share")]
     if others:
         return f"the {others[0]} group protocol is not supported by Strata's group coordinator"
     return None
@@ -82,8 +87,9 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("group.min.session.timeout.ms", "int", 6000, at_least(0), ""),
     ConfigKey("group.max.session.timeout.ms", "int", 1_800_000, at_least(0), ""),
     ConfigKey("group.max.size", "int", 2**31 - 1, at_least(1), ""),
-    ConfigKey("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"], _rebalance_protocols,
-              "The group protocols the coordinator speaks: classic, and consumer (KIP-848) unless left out"),
+    ConfigKey("group.coordinator.rebalance.protocols", "list", ["classic", "consumer", "share"], _rebalance_protocols,
+              "The group protocols the coordinator speaks: classic, and consumer (KIP-848) and share (KIP-932) "
+              "unless left out"),
     ConfigKey("offsets.topic.num.partitions", "int", 50, at_least(1), "Partitions of __consumer_offsets"),
     ConfigKey("offsets.topic.replication.factor", "int", 3, at_least(1),
               "Replication factor of __consumer_offsets in cluster mode (a single node uses 1)"),
@@ -134,6 +140,7 @@ BROKER_CONFIG_DEF = ConfigDef([
     *TRANSACTION_KEYS,
     *GROUP_COORDINATOR_KEYS,
     *SHARE_COORDINATOR_KEYS,
+    *SHARE_GROUP_KEYS,
     *DISKLESS_KEYS,
     *CLEANER_KEYS,
     *SECURITY_KEYS,
@@ -190,6 +197,7 @@ class BrokerConfig:
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
     share_coordinator: ShareCoordinatorConfig = field(default_factory=ShareCoordinatorConfig)
+    share_groups: ShareGroupConfig = field(default_factory=ShareGroupConfig)
     diskless: DisklessConfig = field(default_factory=DisklessConfig)
     connections_max_reauth_ms: int = 0
     connection_failed_authentication_delay_ms: int = 100
@@ -254,6 +262,7 @@ class BrokerConfig:
             transactions=TransactionConfig.from_parsed(p),
             consumer_groups=ConsumerGroupConfig.from_parsed(p),
             share_coordinator=ShareCoordinatorConfig.from_parsed(p),
+            share_groups=ShareGroupConfig.from_parsed(p),
             cleaner=CleanerConfig.from_parsed(p),
             diskless=DisklessConfig.from_parsed(p),
             connections_max_reauth_ms=p["connections.max.reauth.ms"],

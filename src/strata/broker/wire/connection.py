@@ -227,6 +227,9 @@ class ClientConnection:
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
+            shares = getattr(broker, "shares", None)
+            if shares is not None:  # KIP-932: a member's share sessions end with its connection
+                shares.connection_closed(self.peer)
             try:
                 if self._answers or self._sender is not None:
                     await self._abandon_answers()

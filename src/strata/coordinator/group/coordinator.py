@@ -43,9 +43,10 @@ from uuid import UUID
 
 from strata.common import TopicPartition
 from strata.config.broker_config import BROKER_CONFIG_DEF
-from strata.config.group_config import GroupSettings
+from strata.config.group_config import GroupSettings, group_settings
 from strata.coordinator.group.manager import NO_PRODUCER_ID, GroupConfig, GroupMetadataManager, Record, TxnProducer
 from strata.coordinator.group.records import partition_for
+from strata.coordinator.group.share_manager import ShareGroupSettings
 from strata.coordinator.group.timer import LoopTimer
 from strata.errors import CorruptRecordError, ErrorCode, KafkaError, KafkaStorageError
 from strata.log.producer_state import AppendOrigin
@@ -148,6 +149,16 @@ class GroupCoordinatorHost(Protocol):
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicSize: ...
 
 
+class ShareStateInitializer(Protocol):
+    """KIP-932: where a share group's partitions get their state (the broker's share persister)."""
+
+    async def initialize(self, group_id: str, topic_id: UUID, partition: int, state_epoch: int,
+                         start_offset: int) -> int: ...
+
+
+SHARE_STATE_WAIT_S = 10.0  # at startup, how long a pending initialization waits for the share persister
+
+
 class GroupCoordinator:
     def __init__(self, broker: GroupCoordinatorHost) -> None:
         self.broker = broker
@@ -159,13 +170,16 @@ class GroupCoordinator:
         self.loaded: set[int] = set()  # cluster mode: the __consumer_offsets partitions led and loaded here
         self._last_write: dict[int, int] = {}  # partition -> next offset after this broker's last write
         self._creating: asyncio.Task[None] | None = None
+        # KIP-932: set by the broker once its share persister and share-partition manager run
+        self.share_state: ShareStateInitializer | None = None
+        self._member_listener: Callable[[str, str], None] | None = None
+        self._share_tasks: set[asyncio.Task[None]] = set()
 
     def _group_settings(self, group_id: str) -> GroupSettings:
         source: GroupSettingsSource | None = getattr(self.broker, "group_configs", None)
         if source is not None:
             return source.settings(group_id)
-        cfg = self.broker.config.consumer_groups
-        return GroupSettings(cfg.session_timeout_ms, cfg.heartbeat_interval_ms)
+        return group_settings(self.broker.config.consumer_groups, {}, self.broker.config.share_groups)
 
     def owns(self, group_id: str) -> bool:
         return not self.clustered or self.partition_for(group_id) in self.loaded
@@ -196,7 +210,14 @@ class GroupCoordinator:
             ),
             self._timer, broker.clock, self._write, consumer_config=cfg.consumer_groups,
             topics=CatalogTopics(broker.topics),  # type: ignore[arg-type]
-            group_settings=self._group_settings)
+            group_settings=self._group_settings,
+            share_settings=ShareGroupSettings(
+                session_timeout_ms=cfg.share_groups.session_timeout_ms,
+                heartbeat_interval_ms=cfg.share_groups.heartbeat_interval_ms,
+                max_size=cfg.share_groups.max_size,
+                initialize_retry_interval_ms=cfg.share_groups.initialize_retry_interval_ms),
+            share_initializer=self._initialize_share_partitions)
+        manager.share.member_listener = self._member_listener
         if not self.clustered:
             self._load(manager)
             manager.on_loaded()
@@ -208,7 +229,48 @@ class GroupCoordinator:
         interval = _config_value(cfg.raw, "offsets.retention.check.interval.ms")
         self._expiry = loop.create_task(self._expire_periodically(interval))
 
+    def share_listener(self, listener: Callable[[str, str], None]) -> None:
+        """Told of every share-group member that left or was fenced (the share-partitions release its records)."""
+        self._member_listener = listener
+        if self.manager is not None:
+            self.manager.share.member_listener = listener
+
+    def _initialize_share_partitions(self, group_id: str, todo: dict[UUID, frozenset[int]], state_epoch: int,
+                                     done: Callable[[dict[UUID, frozenset[int]]], None]) -> None:
+        """Kafka's ``persisterInitialize``: once the record naming the partitions *initializing* is in the ISR,
+        InitializeShareGroupState for each (start offset -1: the share-partition leader applies
+        ``share.auto.offset.reset`` on its first fetch); ``done`` with those that succeeded. A failed one is
+        asked for again after ``group.share.initialize.retry.interval.ms``."""
+        task = asyncio.get_running_loop().create_task(self._run_share_initialization(group_id, todo, state_epoch,
+                                                                                      done))
+        self._share_tasks.add(task)
+        task.add_done_callback(self._share_tasks.discard)
+
+    async def _run_share_initialization(self, group_id: str, todo: dict[UUID, frozenset[int]], state_epoch: int,
+                                        done: Callable[[dict[UUID, frozenset[int]]], None]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHARE_STATE_WAIT_S
+        while self.share_state is None and loop.time() < deadline:
+            await asyncio.sleep(0.05)  # a coordinator replaying at startup, before the broker set it
+        state = self.share_state
+        if state is None or await self.durable(group_id, 5.0):
+            return
+        keys = [(t, p) for t, ps in sorted(todo.items()) for p in sorted(ps)]
+        codes = await asyncio.gather(*(state.initialize(group_id, t, p, state_epoch, -1) for t, p in keys))
+        succeeded: dict[UUID, set[int]] = {}
+        for (topic_id, partition), code in zip(keys, codes, strict=True):
+            if code:
+                log.info("initializing share-partition %s:%s-%d failed: %s (retried later)", group_id, topic_id,
+                         partition, ErrorCode(code).name)
+            else:
+                succeeded.setdefault(topic_id, set()).add(partition)
+        if succeeded and self.manager is not None:
+            done({t: frozenset(ps) for t, ps in succeeded.items()})
+
     async def stop(self) -> None:
+        for task in list(self._share_tasks):
+            task.cancel()
+        await asyncio.gather(*self._share_tasks, return_exceptions=True)
         manager, self.manager = self.manager, None
         if self._expiry is not None:
             self._expiry.cancel()

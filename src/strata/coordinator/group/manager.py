@@ -250,6 +250,17 @@ def _no_initializer(_group_id: str, _todo: dict[Any, frozenset[int]], _epoch: in
     done({})
 
 
+def _share_session_settings(settings: Callable[[str], GroupSettings] | None) -> Callable[[str], tuple[int, int]] | None:
+    """A group's share.session.timeout.ms and share.heartbeat.interval.ms from its per-group settings."""
+    if settings is None:
+        return None
+
+    def session_and_heartbeat(group_id: str) -> tuple[int, int]:
+        group = settings(group_id)
+        return group.share_session_timeout_ms, group.share_heartbeat_interval_ms
+    return session_and_heartbeat
+
+
 class GroupMetadataManager:
     def __init__(self, config: GroupConfig, timer: Timer, clock: Clock, writer: Writer, *,
                  consumer_config: ConsumerGroupConfig | None = None, topics: TopicsView | None = None,
@@ -266,7 +277,8 @@ class GroupMetadataManager:
         # coordinator's InitializeShareGroupState; None: nothing is initialized, so nothing is assigned)
         self.share = ShareGroupManager(share_settings or ShareGroupSettings(), timer, clock, topics or _NoTopics(),
                                        self._write, share_initializer or _no_initializer,
-                                       lambda gid: gid in self.groups or self.consumer_group(gid) is not None)
+                                       lambda gid: gid in self.groups or self.consumer_group(gid) is not None,
+                                       _share_session_settings(group_settings))
         self.consumer = ConsumerGroupManager(consumer_config or ConsumerGroupConfig(), timer, clock,
                                              topics or _NoTopics(), self._write, group_settings,
                                              lambda: self.groups, self._drop_replaced_classic, self._downgrade,

@@ -99,8 +99,12 @@ class ShareGroupManager:
 
     def __init__(self, settings: ShareGroupSettings, timer: Timer, clock: Clock, topics: TopicsView,
                  write: Callable[[str, list[Record]], Any], initializer: Initializer,
-                 taken: Callable[[str], bool] = lambda _group_id: False) -> None:
+                 taken: Callable[[str], bool] = lambda _group_id: False,
+                 group_settings: Callable[[str], tuple[int, int]] | None = None) -> None:
         self.config = settings
+        # (session timeout, heartbeat interval) of a group: its share.* GROUP configs; None: the broker's
+        self._group_settings = group_settings or (
+            lambda _group_id: (settings.session_timeout_ms, settings.heartbeat_interval_ms))
         self.timer = timer
         self.clock = clock
         self.topics = topics
@@ -110,6 +114,8 @@ class ShareGroupManager:
         self.groups: dict[str, ShareGroup] = {}
         self._initializing_since: dict[tuple[str, UUID, int], int] = {}
         self.rebalances = 0
+        # Told of every member that left or was fenced (the share-partition leader releases its records).
+        self.member_listener: Callable[[str, str], None] | None = None
 
     def _now(self) -> int:
         return self.clock.milliseconds()
@@ -196,7 +202,7 @@ class ShareGroupManager:
         if to_initialize:
             self._start_initialization(group_id, to_initialize, group.group_epoch)
         response: Response = {"member_id": member_id, "member_epoch": reconciled.member_epoch,
-                              "heartbeat_interval": self.config.heartbeat_interval_ms, "assignment": None}
+                              "heartbeat_interval": self._group_settings(group_id)[1], "assignment": None}
         if joining or subscribed_topic_names is not None or normalized(reconciled.assigned) != normalized(
                 member.assigned):
             response["assignment"] = {"topic_partitions": [
@@ -334,9 +340,11 @@ class ShareGroupManager:
         self.rebalances += 1
         self.timer.cancel(self._session_key(gid, member_id))
         log.info("member %s left share group %s", member_id, gid)
+        if self.member_listener is not None:  # Kafka's ShareGroupListener: its records go back at once
+            self.member_listener(gid, member_id)
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.timer.schedule(self._session_key(group_id, member_id), self.config.session_timeout_ms,
+        self.timer.schedule(self._session_key(group_id, member_id), self._group_settings(group_id)[0],
                             lambda: self._expire(group_id, member_id))
 
     def _expire(self, group_id: str, member_id: str) -> None:
