@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.broker.harness import BrokerProcess
+from tests.cluster.test_cluster_metrics import scrape
 from tests.support.share import (
     SHARE_BROKER_PROPS,
     holding_consumer,
@@ -29,7 +30,8 @@ from tests.tiered.harness import tiered_props, wait_until
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "broker", {**SHARE_BROKER_PROPS, "group.share.delivery.count.limit": "3"}).start()
+    b = BrokerProcess(tmp_path / "broker", {**SHARE_BROKER_PROPS, "group.share.delivery.count.limit": "3",
+                                            "metrics.port": "0"}).start()
     try:
         yield b
     finally:
@@ -51,7 +53,9 @@ def produce(bootstrap: str, topic: str, n: int, start: int = 0, **conf: str) -> 
 
 def test_five_members_share_one_partition_and_each_record_goes_to_one(broker: BrokerProcess) -> None:
     create(broker.bootstrap, "q")
-    set_group_configs(broker.bootstrap, "five", share_auto_offset_reset="earliest")
+    # locks long enough that no record comes back on a slow machine: any second delivery is a bug here
+    set_group_configs(broker.bootstrap, "five", share_auto_offset_reset="earliest",
+                      share_record_lock_duration_ms="30000")
     n = 2000
     seen: list[tuple[int, int, int]] = []  # (offset, member, delivery count)
     lock = threading.Lock()
@@ -88,6 +92,10 @@ def test_five_members_share_one_partition_and_each_record_goes_to_one(broker: Br
     assert max(counts.values()) == 1, [o for o, c in counts.items() if c > 1][:10]  # accepted: never again
     assert len({i for _, i, _ in seen}) >= 2, "the partition's records were shared among the members"
     assert {d for _, _, d in seen} == {1}
+    metrics = scrape(broker)
+    assert metrics['kafka_server_group_coordinator_metrics_group_count{protocol="share"}'] == 1
+    assert metrics["kafka_server_share_group_metrics_acquired_records"] == n
+    assert metrics["kafka_server_share_group_metrics_acknowledged_records"] == n
 
 
 def test_a_killed_member_s_records_go_to_another_member(broker: BrokerProcess) -> None:

@@ -74,7 +74,6 @@ class ShareStats:
     acquired_records: int = 0
     acknowledged_records: int = 0
     released_records: int = 0
-    archived_records: int = 0
     lock_expiries: int = 0
     write_failures: int = 0
 
