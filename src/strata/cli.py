@@ -1,8 +1,8 @@
 """The ``strata`` command: ``serve``, ``dump-log``, ``demo``, ``tiers``, ``bucket``, ``transactions``, ``version``,
 and Kafka's tools.
 
-``topics``, ``configs``, ``consumer-groups`` and ``remote-log-metadata-migration`` take the flags of
-``kafka-topics.sh``, ``kafka-configs.sh``, ``kafka-consumer-groups.sh`` and
+``topics``, ``configs``, ``consumer-groups``, ``share-groups`` and ``remote-log-metadata-migration`` take the
+flags of ``kafka-topics.sh``, ``kafka-configs.sh``, ``kafka-consumer-groups.sh``, ``kafka-share-groups.sh`` and
 ``kafka-remote-log-metadata-migration.sh`` (``bin/`` has wrappers by those names); their
 logic is in :mod:`strata.tools`, and their exit codes are Kafka's: 1 for any failure, Kafka's own
 argument checks included (a flag argparse does not know is still 2).
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topics_parser(commands)
     _add_configs_parser(commands)
     _add_consumer_groups_parser(commands)
+    _add_share_groups_parser(commands)
     _add_acls_parser(commands)
     _add_remote_log_metadata_migration_parser(commands)
     version = commands.add_parser("version", parents=[verbose], help="print the version")
@@ -242,6 +243,45 @@ def _add_consumer_groups_parser(commands: Any) -> None:
     p.add_argument("--type", nargs="?", const="", metavar="<String>",
                    help="With --list, the groups' types, or only those of the given types (classic,consumer).")
     p.set_defaults(func=_cmd_kafka_tool, tool="consumer_groups_cmd", command_parser=p)
+
+
+def _add_share_groups_parser(commands: Any) -> None:
+    p = _kafka_tool_parser(commands, "share-groups", "kafka-share-groups.sh",
+                           "List, describe, delete share groups (KIP-932) and reset their offsets")
+    p.add_argument("--group", action="append", metavar="<String: share group>",
+                   help="The share group we wish to act on (repeatable).")
+    p.add_argument("--topic", action="append", metavar="<String: topic>",
+                   help="The topic whose offset information should be deleted or included in the reset offset "
+                        "process; for --reset-offsets also topic:0,1,2 (repeatable).")
+    p.add_argument("--all-topics", action="store_true",
+                   help="Consider all topics assigned to a share group in the 'reset-offsets' process.")
+    p.add_argument("--list", action="store_true", help="List all share groups.")
+    p.add_argument("--describe", action="store_true", help="Describe share group, members and offset information.")
+    p.add_argument("--all-groups", action="store_true", help="Apply to all share groups.")
+    p.add_argument("--delete", action="store_true", help="Delete share group.")
+    p.add_argument("--delete-offsets", action="store_true",
+                   help="Delete offsets of share group. Supports one share group at the time, and multiple topics.")
+    p.add_argument("--timeout", type=int, default=30000, metavar="<Long: timeout (ms)>",
+                   help="The timeout for some use cases (default 30000).")
+    p.add_argument("--reset-offsets", action="store_true",
+                   help="Reset offsets of share group (one group, inactive): --dry-run or --execute, one of "
+                        "--to-datetime, --to-earliest, --to-latest, and --all-topics or --topic.")
+    p.add_argument("--dry-run", action="store_true", help="Only show results without executing changes.")
+    p.add_argument("--execute", action="store_true", help="Execute operation.")
+    p.add_argument("--to-datetime", metavar="<String: datetime>",
+                   help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDThh:mm:ss.sss'")
+    p.add_argument("--to-earliest", action="store_true", help="Reset offsets to earliest offset.")
+    p.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
+    p.add_argument("--members", action="store_true", help="Describe members of the group (with --describe).")
+    p.add_argument("--offsets", action="store_true",
+                   help="Describe the group's share-partitions with their start offsets (the default of --describe).")
+    p.add_argument("--verbose", dest="members_verbose", action="store_true",
+                   help="Provide additional information when describing the group: member epochs with --members, "
+                        "epochs with --state, leader epochs with --offsets.")
+    p.add_argument("--state", nargs="?", const="", metavar="<String>",
+                   help="With --describe the group's state; with --list the state of all groups, or only those in "
+                        "the given states (Empty, Stable, Dead).")
+    p.set_defaults(func=_cmd_kafka_tool, tool="share_groups_cmd", command_parser=p)
 
 
 def _add_acls_parser(commands: Any) -> None:

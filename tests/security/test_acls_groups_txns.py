@@ -505,3 +505,81 @@ def test_share_state_rpcs_need_cluster_action(broker: BrokerProcess) -> None:
     with _wire(broker, "broker") as w:
         r = w.call(INITIALIZE_SHARE_STATE, 0, group_id="sg", topics=topic)
         assert [int(p.error_code) for t in r.results for p in t.partitions] != [EC.CLUSTER_AUTHORIZATION_FAILED]
+
+
+# -- KIP-932 share-group administration (ShareGroupDescribe 77, DescribeShareGroupOffsets 90,
+# AlterShareGroupOffsets 91, DeleteShareGroupOffsets 92, DeleteGroups on a share group) ----------------------
+
+SG_HEARTBEAT, SG_DESCRIBE, SG_DESCRIBE_OFFSETS, SG_ALTER_OFFSETS, SG_DELETE_OFFSETS = 76, 77, 90, 91, 92
+
+
+def _sg_alter(w: WireClient, group: str, topics: list[str]) -> tuple[int, dict[str, int]]:
+    """AlterShareGroupOffsets of partition 0 of each topic to 0: (top-level error, topic -> partition error)."""
+    r = w.call(SG_ALTER_OFFSETS, 0, group_id=group, topics=[
+        {"topic_name": t, "partitions": [{"partition_index": 0, "start_offset": 0}]} for t in topics])
+    return int(r.error_code), {t.topic_name: int(p.error_code) for t in r.responses for p in t.partitions}
+
+
+def _sg_offsets(w: WireClient, group: str, topics: list[str] | None) -> tuple[int, dict[str, tuple[int, int]]]:
+    """DescribeShareGroupOffsets v1: (group error, topic -> (start offset, error) of partition 0)."""
+    r = w.call(SG_DESCRIBE_OFFSETS, 1, groups=[{"group_id": group, "topics": None if topics is None else
+                                                [{"topic_name": t, "partitions": [0]} for t in topics]}])
+    (g,) = r.groups
+    return int(g.error_code), {t.topic_name: (t.partitions[0].start_offset, int(t.partitions[0].error_code))
+                               for t in g.topics}
+
+
+def _sg_delete_offsets(w: WireClient, group: str, topics: list[str]) -> tuple[int, dict[str, int]]:
+    r = w.call(SG_DELETE_OFFSETS, 0, group_id=group, topics=[{"topic_name": t} for t in topics])
+    return int(r.error_code), {t.topic_name: int(t.error_code) for t in r.responses}
+
+
+def test_share_group_admin_apis_check_the_group_then_the_topics(broker: BrokerProcess) -> None:
+    """Kafka's handlers: ShareGroupDescribe and DescribeShareGroupOffsets need DESCRIBE on the group and its
+    topics, AlterShareGroupOffsets READ on both, DeleteShareGroupOffsets DELETE on the group and READ on the
+    topics, DeleteGroups DELETE on the group; a group refused is refused whole, a topic refused alone."""
+    admin_client = AdminClient(_conf(broker, "admin"))
+    for fut in admin_client.create_acls([_acl(ResourceType.GROUP, "sg-read", "alice", AclOperation.READ),
+                                         _acl(ResourceType.GROUP, "sg-del", "alice", AclOperation.DELETE),
+                                         _acl(ResourceType.GROUP, "sg-see", "alice", AclOperation.DESCRIBE)]).values():
+        fut.result(30)
+    with _wire(broker, "admin") as w:  # share groups with offsets on a topic alice may read and one she may not
+        for group in ("sg-read", "sg-del"):
+            assert _sg_alter(w, group, [TOPIC, SECRET]) == (EC.NONE, {TOPIC: EC.NONE, SECRET: EC.NONE})
+        r = w.call(SG_HEARTBEAT, 1, group_id="sg-see", member_id=uuid.uuid4().hex[:22], member_epoch=0,
+                   rack_id=None, subscribed_topic_names=[SECRET])  # a member that shows a topic alice can't see
+        assert int(r.error_code) == EC.NONE
+
+    with _wire(broker, "alice") as w:
+        # AlterShareGroupOffsets: READ on the group, then READ per topic
+        assert _sg_alter(w, "sg-see", [TOPIC]) == (EC.GROUP_AUTHORIZATION_FAILED, {})
+        assert _sg_alter(w, "g-none", [TOPIC]) == (EC.GROUP_AUTHORIZATION_FAILED, {})
+        assert _sg_alter(w, "sg-read", [TOPIC, SECRET]) == \
+            (EC.NONE, {TOPIC: EC.NONE, SECRET: EC.TOPIC_AUTHORIZATION_FAILED})
+
+        # DescribeShareGroupOffsets: DESCRIBE on the group; a named topic refused, a listed one left out
+        assert _sg_offsets(w, "g-none", None) == (EC.GROUP_AUTHORIZATION_FAILED, {})
+        assert _sg_offsets(w, "sg-read", None) == (EC.NONE, {TOPIC: (0, EC.NONE)})
+        assert _sg_offsets(w, "sg-read", [TOPIC, SECRET]) == \
+            (EC.NONE, {TOPIC: (0, EC.NONE), SECRET: (-1, EC.TOPIC_AUTHORIZATION_FAILED)})
+
+        # ShareGroupDescribe: DESCRIBE on the group and on every topic a member shows
+        d = w.call(SG_DESCRIBE, 1, group_ids=["g-none", "sg-see", "sg-read"], include_authorized_operations=True)
+        assert {g.group_id: int(g.error_code) for g in d.groups} == {
+            "g-none": EC.GROUP_AUTHORIZATION_FAILED, "sg-see": EC.TOPIC_AUTHORIZATION_FAILED, "sg-read": EC.NONE}
+        ops = next(g for g in d.groups if g.group_id == "sg-read").authorized_operations
+        assert ops != AUTHORIZED_OPERATIONS_OMITTED and ops & (1 << 3) and ops & (1 << 8) and not ops & (1 << 6)
+
+        # DeleteShareGroupOffsets: DELETE on the group, READ on each topic
+        assert _sg_delete_offsets(w, "sg-read", [TOPIC]) == (EC.GROUP_AUTHORIZATION_FAILED, {})
+        assert _sg_delete_offsets(w, "sg-del", [TOPIC, SECRET]) == \
+            (EC.NONE, {TOPIC: EC.NONE, SECRET: EC.TOPIC_AUTHORIZATION_FAILED})
+
+        # DeleteGroups of a share group: DELETE on it
+        r = w.call(DELETE_GROUPS, 2, groups_names=["sg-read", "sg-del"])
+        assert [(g.group_id, int(g.error_code)) for g in r.results] == \
+            [("sg-read", EC.GROUP_AUTHORIZATION_FAILED), ("sg-del", EC.NONE)]
+    with _wire(broker, "admin") as w:
+        assert _sg_offsets(w, "sg-read", None)[1] == {TOPIC: (0, EC.NONE), SECRET: (0, EC.NONE)}  # untouched
+        d = w.call(SG_DESCRIBE, 1, group_ids=["sg-del"], include_authorized_operations=False)
+        assert int(d.groups[0].error_code) == EC.GROUP_ID_NOT_FOUND

@@ -1,4 +1,5 @@
-"""The admin requests behind ``strata topics``, ``strata configs``, ``strata consumer-groups`` and ``strata acls``.
+"""The admin requests behind ``strata topics``, ``strata configs``, ``strata consumer-groups``,
+``strata share-groups`` and ``strata acls``.
 
 :class:`KafkaAdmin` adds Kafka's admin APIs to :class:`strata.client.cluster.KafkaCluster`, one
 request per method, each sent where Kafka's admin client sends it: topic changes to the controller,
@@ -57,6 +58,10 @@ DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS_V = 48, 1
 ALTER_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS_V = 49, 1
 DESCRIBE_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS_V = 50, 0
 ALTER_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS_V = 51, 0
+SHARE_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE_V = 77, 1
+DESCRIBE_SHARE_GROUP_OFFSETS, DESCRIBE_SHARE_GROUP_OFFSETS_V = 90, 1  # v1 adds Lag; v0 where the broker has only that
+ALTER_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS_V = 91, 0
+DELETE_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS_V = 92, 0
 DESCRIBE_ACLS, DESCRIBE_ACLS_V = 29, 3
 CREATE_ACLS, CREATE_ACLS_V = 30, 3
 DELETE_ACLS, DELETE_ACLS_V = 31, 3
@@ -87,6 +92,8 @@ _EXCEPTIONS: dict[int, tuple[str, str]] = {
     24: ("InvalidGroupIdException", "The configured groupId is invalid."),
     25: ("UnknownMemberIdException", "The coordinator is not aware of this member."),
     27: ("RebalanceInProgressException", "The group is rebalancing, so a rejoin is needed."),
+    29: ("TopicAuthorizationException", "Topic authorization failed."),
+    30: ("GroupAuthorizationException", "Group authorization failed."),
     31: ("ClusterAuthorizationException", "Cluster authorization failed."),
     33: ("UnsupportedSaslMechanismException", "The broker does not support the requested SASL mechanism."),
     35: ("UnsupportedVersionException", "The version of API is not supported."),
@@ -245,8 +252,17 @@ class GroupDescription:
     members: tuple[Member, ...]
     coordinator: tuple[int, str, int]  # (node id, host, port)
     group_type: str = "classic"  # or "consumer" (KIP-848), as ListGroups v5 names them
-    group_epoch: int | None = None  # a consumer group's epochs; None for a classic group
+    group_epoch: int | None = None  # a consumer or share group's epochs; None for a classic group
     assignment_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionOffset:
+    """A share-partition's start offset, as the admin client's SharePartitionOffsetInfo (None: unknown)."""
+
+    start_offset: int
+    leader_epoch: int | None
+    lag: int | None
 
 
 def decode_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
@@ -504,6 +520,15 @@ class KafkaAdmin(KafkaCluster):
         """Every broker's groups (each coordinator knows its own), consumer groups only (protocol type
         ``consumer`` or empty, classic or KIP-848), as the admin client. ListGroups v5 gives each group's type
         (``classic``/``consumer``); a broker without v5 is asked v4, its groups being classic."""
+        return self._list_groups(states, types, ("consumer", ""))
+
+    def list_share_groups(self, states: Sequence[str] = ()) -> list[GroupListing]:
+        """Every broker's share groups (KIP-932), as ``listGroups(ListGroupsOptions.forShareGroups())``:
+        ListGroups v5 filtered by type ``share`` (UNSUPPORTED_VERSION from a broker without v5)."""
+        return self._list_groups(states, ["share"], ("share",))
+
+    def _list_groups(self, states: Sequence[str], types: Sequence[str],
+                     protocol_types: Sequence[str]) -> list[GroupListing]:
         self._ensure_brokers()
         out: dict[str, GroupListing] = {}
         for node in sorted(self.metadata_cache.brokers):
@@ -516,7 +541,7 @@ class KafkaAdmin(KafkaCluster):
             body = self.call_node(node, LIST_GROUPS, version, **fields)
             check(body.error_code)
             for g in body.groups:
-                if g.protocol_type not in ("consumer", ""):
+                if g.protocol_type not in protocol_types:
                     continue
                 out[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state,
                                                getattr(g, "group_type", "") or "classic")
@@ -630,6 +655,87 @@ class KafkaAdmin(KafkaCluster):
                                   topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
             check(body.error_code)
             return {(t.name, int(p.partition_index)): _code(p.error_code) for t in body.topics for p in t.partitions}
+
+        return self._at_coordinator(group_id, delete)
+
+    # -- share groups (KIP-932) --
+
+    def describe_share_group(self, group_id: str) -> GroupDescription:
+        """ShareGroupDescribe at the coordinator; AdminError GROUP_ID_NOT_FOUND (the broker's message) for a
+        group that does not exist or is not a share group."""
+        def describe(node: int) -> GroupDescription:
+            host, port = self.metadata_cache.brokers.get(node, ("", -1))
+            body = self.call_node(node, SHARE_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE_V, group_ids=[group_id],
+                                  include_authorized_operations=False)
+            (g,) = body.groups
+            check(g.error_code, g.error_message)
+            members = tuple(Member(m.member_id, None, m.client_id, m.client_host, _partitions(m.assignment),
+                                   int(m.member_epoch), rack_id=m.rack_id) for m in g.members)
+            return GroupDescription(g.group_id, g.group_state, "share", g.assignor_name, members, (node, host, port),
+                                    "share", int(g.group_epoch), int(g.assignment_epoch))
+
+        return self._at_coordinator(group_id, describe)
+
+    def share_group_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+                            ) -> dict[tuple[str, int], SharePartitionOffset | None]:
+        """DescribeShareGroupOffsets of the given partitions (every initialized one when None), as the admin
+        client's listShareGroupOffsets: None where a partition has no start offset; a partition answered with
+        an error is left out, a group-level error raises."""
+        topics: dict[str, list[int]] | None = None
+        if partitions is not None:
+            topics = {}
+            for topic, partition in sorted(set(partitions)):
+                topics.setdefault(topic, []).append(partition)
+
+        def describe(node: int) -> dict[tuple[str, int], SharePartitionOffset | None]:
+            version = min(self.api_version(node, DESCRIBE_SHARE_GROUP_OFFSETS) or 0, DESCRIBE_SHARE_GROUP_OFFSETS_V)
+            body = self.call_node(node, DESCRIBE_SHARE_GROUP_OFFSETS, version, groups=[{
+                "group_id": group_id, "topics": None if topics is None else
+                [{"topic_name": t, "partitions": ps} for t, ps in topics.items()]}])
+            (g,) = body.groups
+            check(g.error_code, g.error_message)
+            out: dict[tuple[str, int], SharePartitionOffset | None] = {}
+            for t in g.topics:
+                for p in t.partitions:
+                    if _code(p.error_code):
+                        continue
+                    start, epoch, lag = int(p.start_offset), int(p.leader_epoch), int(getattr(p, "lag", -1))
+                    out[(t.topic_name, int(p.partition_index))] = None if start < 0 else SharePartitionOffset(
+                        start, epoch if epoch >= 0 else None, lag if lag >= 0 else None)
+            return out
+
+        return self._at_coordinator(group_id, describe)
+
+    def alter_share_group_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """AlterShareGroupOffsets (the group must be empty); the first error raises, as ``all()`` does."""
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append({"partition_index": partition, "start_offset": offset})
+
+        def alter(node: int) -> None:
+            body = self.call_node(node, ALTER_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS_V, group_id=group_id,
+                                  topics=[{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()])
+            check(body.error_code, body.error_message)
+            for t in body.responses:
+                for p in t.partitions:
+                    check(p.error_code, p.error_message)
+
+        self._at_coordinator(group_id, alter)
+
+    def delete_share_group_offsets(self, group_id: str, topics: Iterable[str]) -> dict[str, AdminError | None]:
+        """DeleteShareGroupOffsets of whole topics: each topic's error (None: deleted); a group-level error
+        raises. A topic the broker did not answer gets the admin client's IllegalArgumentException message."""
+        names = sorted(set(topics))
+
+        def delete(node: int) -> dict[str, AdminError | None]:
+            body = self.call_node(node, DELETE_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS_V, group_id=group_id,
+                                  topics=[{"topic_name": t} for t in names])
+            check(body.error_code, body.error_message)
+            answered = {t.topic_name: None if not _code(t.error_code) else AdminError(_code(t.error_code),
+                                                                                      t.error_message)
+                        for t in body.responses}
+            return {t: answered[t] if t in answered else AdminError(
+                -1, f'Offset deletion result for topic "{t}" was not included in the response') for t in names}
 
         return self._at_coordinator(group_id, delete)
 

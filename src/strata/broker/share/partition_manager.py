@@ -267,16 +267,25 @@ class SharePartitionManager:
             self.stats.released_records += count
         return code
 
-    def release_member(self, group_id: str, member_id: str) -> None:
-        """In the background: give back everything ``member_id`` holds on this broker."""
-        for entry in [e for e in self._entries.values() if e.key[0] == group_id]:
-            self._spawn(self.release(entry, member_id))
+    def release_member(self, group_id: str, member_id: str, then_forget: bool = False) -> None:
+        """In the background: give back everything ``member_id`` holds on this broker (``then_forget``: and
+        drop the group's share-partitions once that is written)."""
+        entries = [e for e in self._entries.values() if e.key[0] == group_id]
+        if entries or then_forget:
+            self._spawn(self._release_all(entries, member_id, then_forget))
 
-    def member_left(self, group_id: str, member_id: str) -> None:
-        """The group coordinator fenced or removed the member (Kafka's ShareGroupListener)."""
-        session = self.sessions.close(group_id, member_id)
-        if session is not None or any(e.key[0] == group_id for e in self._entries.values()):
-            self.release_member(group_id, member_id)
+    async def _release_all(self, entries: list[_Entry], member_id: str, then_forget: bool) -> None:
+        await asyncio.gather(*(self.release(e, member_id) for e in entries))
+        if then_forget:
+            for entry in entries:
+                self._drop(entry, "its share group is empty")
+
+    def member_left(self, group_id: str, member_id: str, group_empty: bool = False) -> None:
+        """The group coordinator fenced or removed the member (Kafka's ShareGroupListener). An empty group's
+        share-partitions are forgotten (``onGroupEmpty``): the offsets may now be reset or deleted, and the
+        next member must read the state the coordinator then holds."""
+        self.sessions.close(group_id, member_id)
+        self.release_member(group_id, member_id, then_forget=group_empty)
 
     def connection_closed(self, connection_id: str) -> None:
         """A client connection went away: its members' sessions close and their records are released."""

@@ -172,7 +172,7 @@ class GroupCoordinator:
         self._creating: asyncio.Task[None] | None = None
         # KIP-932: set by the broker once its share persister and share-partition manager run
         self.share_state: ShareStateInitializer | None = None
-        self._member_listener: Callable[[str, str], None] | None = None
+        self._member_listener: Callable[[str, str, bool], None] | None = None
         self._share_tasks: set[asyncio.Task[None]] = set()
 
     def _group_settings(self, group_id: str) -> GroupSettings:
@@ -229,8 +229,8 @@ class GroupCoordinator:
         interval = _config_value(cfg.raw, "offsets.retention.check.interval.ms")
         self._expiry = loop.create_task(self._expire_periodically(interval))
 
-    def share_listener(self, listener: Callable[[str, str], None]) -> None:
-        """Told of every share-group member that left or was fenced (the share-partitions release its records)."""
+    def share_listener(self, listener: Callable[[str, str, bool], None]) -> None:
+        """Told of every share-group member that left or was fenced, and whether its group is now empty."""
         self._member_listener = listener
         if self.manager is not None:
             self.manager.share.member_listener = listener

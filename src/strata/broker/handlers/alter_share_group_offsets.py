@@ -1,0 +1,95 @@
+"""AlterShareGroupOffsets (API 91, KIP-932): set a share group's start offsets (``kafka-share-groups.sh
+--reset-offsets --execute``).
+
+As Kafka's ``alterShareGroupOffsets``: the group must be empty (NON_EMPTY_GROUP); a group that does not exist
+is created empty, so offsets can be set before the first consumer starts. The partitions are recorded as
+initializing (ShareGroupStatePartitionMetadata), then the share coordinator initializes each one's state at
+the new start offset and the group's epoch (InitializeShareGroupState through the persister), and those that
+succeeded are recorded as initialized; a partition whose initialization failed answers that error and stays
+initializing. The answer waits until the ISR has the group's records.
+
+Authorization: READ on the group (else GROUP_AUTHORIZATION_FAILED for the whole request) and on each topic
+(else TOPIC_AUTHORIZATION_FAILED on its partitions); a topic that does not exist answers
+UNKNOWN_TOPIC_OR_PARTITION, as does a partition it does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from uuid import UUID
+
+from strata.broker.group_api import manager_of, owns
+from strata.broker.wire.dispatch import RequestContext, handles
+from strata.coordinator.group import share_admin
+from strata.coordinator.group.classic import GroupError
+from strata.coordinator.group.manager import group_append_error
+from strata.errors import ErrorCode, KafkaError
+from strata.security.acl import AclOperation, ResourceType
+
+ALTER_SHARE_GROUP_OFFSETS = 91
+DURABLE_TIMEOUT_S = 5.0
+
+
+def _error(ctx: RequestContext, code: int, message: str | None = None) -> Any:
+    return ctx.respond(throttle_time=0, error_code=code, error_message=message, responses=[])
+
+
+@handles(ALTER_SHARE_GROUP_OFFSETS)
+async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    group_id = request.group_id
+    if "share" not in broker.config.group_rebalance_protocols:
+        return _error(ctx, ErrorCode.UNSUPPORTED_VERSION)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return _error(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refused: list[dict[str, Any]] = []
+    asked: list[tuple[str, list[tuple[int, int]]]] = []
+    for t in request.topics:
+        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if not ctx.authorize(
+            AclOperation.READ, ResourceType.TOPIC, t.topic_name) else \
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if t.topic_name not in broker.topics else ErrorCode.NONE
+        if code:  # no topic id: a topic the principal may not read is not shown to exist (Kafka shows its id)
+            refused.append({"topic_name": t.topic_name, "topic_id": None, "partitions": [
+                share_admin.partition_error(p.partition_index, code) for p in t.partitions]})
+        else:
+            asked.append((t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions]))
+    if not group_id:
+        return _error(ctx, ErrorCode.INVALID_GROUP_ID)
+    manager = manager_of(ctx)
+    persister = broker.share_persister
+    if manager is None or persister is None:
+        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    if not owns(ctx, group_id):
+        return _error(ctx, ErrorCode.NOT_COORDINATOR)
+    try:
+        plan = share_admin.begin_alter_offsets(manager.share, group_id, asked)
+    except GroupError as e:
+        return _error(ctx, e.error_code, str(e))
+    except KafkaError as e:
+        return _error(ctx, group_append_error(e), str(e))
+    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
+        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
+    keys = [(topic_id, p, offset) for topic_id, ps in plan.offsets.items() for p, offset in ps.items()]
+    codes = await asyncio.gather(*(persister.initialize(group_id, topic_id, p, plan.state_epoch, offset)
+                                   for topic_id, p, offset in keys))
+    failed = {(topic_id, p): code for (topic_id, p, _), code in zip(keys, codes, strict=True) if code}
+    succeeded: dict[UUID, frozenset[int]] = {}
+    for topic_id, p, _ in keys:
+        if (topic_id, p) not in failed:
+            succeeded[topic_id] = succeeded.get(topic_id, frozenset()) | {p}
+    if manager_of(ctx, group_id) is not manager:  # the coordinator moved meanwhile: the client retries there
+        return _error(ctx, ErrorCode.NOT_COORDINATOR)
+    try:
+        share_admin.complete_alter_offsets(manager.share, group_id, succeeded)
+    except KafkaError as e:
+        return _error(ctx, group_append_error(e), str(e))
+    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
+        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
+    for topic in plan.topics:
+        for partition in topic["partitions"]:
+            code = failed.get((topic["topic_id"], partition["partition_index"]))
+            if code is not None and not partition["error_code"]:
+                partition["error_code"] = code
+    return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
+                       responses=[*refused, *plan.topics])

@@ -1,0 +1,82 @@
+"""DeleteShareGroupOffsets (API 92, KIP-932): forget a share group's start offsets of whole topics
+(``kafka-share-groups.sh --delete-offsets``).
+
+As Kafka's ``deleteShareGroupOffsets``: the group must exist (GROUP_ID_NOT_FOUND) and be empty
+(NON_EMPTY_GROUP). The named topics' initialized partitions are recorded as deleting
+(ShareGroupStatePartitionMetadata), their state is deleted at the share coordinator (DeleteShareGroupState
+through the persister), and the topics whose state is gone are then forgotten; a topic whose delete failed
+answers that error and stays deleting, so naming it again retries. A topic the group has no state for, or
+that does not exist, answers UNKNOWN_TOPIC_OR_PARTITION. The answer waits until the ISR has the records.
+
+Authorization: DELETE on the group (else GROUP_AUTHORIZATION_FAILED for the whole request) and READ on each
+topic (else TOPIC_AUTHORIZATION_FAILED for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from strata.broker.group_api import manager_of, owns
+from strata.broker.wire.dispatch import RequestContext, handles
+from strata.coordinator.group import share_admin
+from strata.coordinator.group.classic import GroupError
+from strata.coordinator.group.manager import group_append_error
+from strata.errors import ErrorCode, KafkaError
+from strata.security.acl import AclOperation, ResourceType
+
+DELETE_SHARE_GROUP_OFFSETS = 92
+DURABLE_TIMEOUT_S = 5.0
+
+
+def _error(ctx: RequestContext, code: int, message: str | None = None) -> Any:
+    return ctx.respond(throttle_time=0, error_code=code, error_message=message, responses=[])
+
+
+@handles(DELETE_SHARE_GROUP_OFFSETS)
+async def delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    group_id = request.group_id
+    if "share" not in broker.config.group_rebalance_protocols:
+        return _error(ctx, ErrorCode.UNSUPPORTED_VERSION)
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
+        return _error(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refused = [{"topic_name": t.topic_name, "topic_id": None, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                "error_message": "Topic authorization failed."}
+               for t in request.topics if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.topic_name)]
+    names = [t.topic_name for t in request.topics if t.topic_name not in {r["topic_name"] for r in refused}]
+    if not group_id:
+        return _error(ctx, ErrorCode.INVALID_GROUP_ID)
+    manager = manager_of(ctx)
+    persister = broker.share_persister
+    if manager is None or persister is None:
+        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    if not owns(ctx, group_id):
+        return _error(ctx, ErrorCode.NOT_COORDINATOR)
+    try:
+        plan = share_admin.begin_delete_offsets(manager.share, group_id, names)
+    except GroupError as e:
+        return _error(ctx, e.error_code, str(e))
+    except KafkaError as e:
+        return _error(ctx, group_append_error(e), str(e))
+    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
+        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
+    keys = [(topic_id, p) for topic_id, (_name, ps) in plan.partitions.items() for p in sorted(ps)]
+    codes = await asyncio.gather(*(persister.delete(group_id, topic_id, p) for topic_id, p in keys))
+    failed: dict[Any, int] = {}
+    for (topic_id, _p), code in zip(keys, codes, strict=True):
+        if code and topic_id not in failed:
+            failed[topic_id] = code
+    deleted = [topic_id for topic_id in plan.partitions if topic_id not in failed]
+    if manager_of(ctx, group_id) is not manager:  # the coordinator moved meanwhile: the client retries there
+        return _error(ctx, ErrorCode.NOT_COORDINATOR)
+    try:
+        share_admin.complete_delete_offsets(manager.share, group_id, deleted)
+    except KafkaError as e:
+        return _error(ctx, group_append_error(e), str(e))
+    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
+        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
+    answered = [{"topic_name": name, "topic_id": topic_id, "error_code": failed.get(topic_id, ErrorCode.NONE),
+                 "error_message": None} for topic_id, (name, _ps) in plan.partitions.items()]
+    return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, error_message=None,
+                       responses=[*refused, *plan.errors, *answered])
