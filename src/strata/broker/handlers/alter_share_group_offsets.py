@@ -19,16 +19,13 @@ import asyncio
 from typing import Any
 from uuid import UUID
 
-from strata.broker.group_api import manager_of, owns
+from strata.broker.share.admin import ShareAdminError, in_two_phases, share_refusal
 from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group import share_admin
-from strata.coordinator.group.classic import GroupError
-from strata.coordinator.group.manager import group_append_error
-from strata.errors import ErrorCode, KafkaError
+from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 
 ALTER_SHARE_GROUP_OFFSETS = 91
-DURABLE_TIMEOUT_S = 5.0
 
 
 def _error(ctx: RequestContext, code: int, message: str | None = None) -> Any:
@@ -39,10 +36,9 @@ def _error(ctx: RequestContext, code: int, message: str | None = None) -> Any:
 async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     group_id = request.group_id
-    if "share" not in broker.config.group_rebalance_protocols:
-        return _error(ctx, ErrorCode.UNSUPPORTED_VERSION)
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _error(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refusal = share_refusal(ctx, group_id, AclOperation.READ)
+    if refusal is not None:
+        return _error(ctx, refusal)
     refused: list[dict[str, Any]] = []
     asked: list[tuple[str, list[tuple[int, int]]]] = []
     for t in request.topics:
@@ -54,38 +50,26 @@ async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
                 share_admin.partition_error(p.partition_index, code) for p in t.partitions]})
         else:
             asked.append((t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions]))
-    if not group_id:
-        return _error(ctx, ErrorCode.INVALID_GROUP_ID)
-    manager = manager_of(ctx)
-    persister = broker.share_persister
-    if manager is None or persister is None:
-        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if not owns(ctx, group_id):
-        return _error(ctx, ErrorCode.NOT_COORDINATOR)
+
+    async def initialize(persister: Any, plan: share_admin.AlterPlan) -> dict[tuple[UUID, int], int]:
+        keys = [(topic_id, p, offset) for topic_id, ps in plan.offsets.items() for p, offset in ps.items()]
+        codes = await asyncio.gather(*(persister.initialize(group_id, topic_id, p, plan.state_epoch, offset)
+                                       for topic_id, p, offset in keys))
+        return {(topic_id, p): code for (topic_id, p, _), code in zip(keys, codes, strict=True) if code}
+
+    def record(share: Any, plan: share_admin.AlterPlan, failed: dict[tuple[UUID, int], int]) -> None:
+        succeeded: dict[UUID, frozenset[int]] = {}
+        for topic_id, ps in plan.offsets.items():
+            for p in ps:
+                if (topic_id, p) not in failed:
+                    succeeded[topic_id] = succeeded.get(topic_id, frozenset()) | {p}
+        share_admin.complete_alter_offsets(share, group_id, succeeded)
+
     try:
-        plan = share_admin.begin_alter_offsets(manager.share, group_id, asked)
-    except GroupError as e:
-        return _error(ctx, e.error_code, str(e))
-    except KafkaError as e:
-        return _error(ctx, group_append_error(e), str(e))
-    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
-        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
-    keys = [(topic_id, p, offset) for topic_id, ps in plan.offsets.items() for p, offset in ps.items()]
-    codes = await asyncio.gather(*(persister.initialize(group_id, topic_id, p, plan.state_epoch, offset)
-                                   for topic_id, p, offset in keys))
-    failed = {(topic_id, p): code for (topic_id, p, _), code in zip(keys, codes, strict=True) if code}
-    succeeded: dict[UUID, frozenset[int]] = {}
-    for topic_id, p, _ in keys:
-        if (topic_id, p) not in failed:
-            succeeded[topic_id] = succeeded.get(topic_id, frozenset()) | {p}
-    if manager_of(ctx, group_id) is not manager:  # the coordinator moved meanwhile: the client retries there
-        return _error(ctx, ErrorCode.NOT_COORDINATOR)
-    try:
-        share_admin.complete_alter_offsets(manager.share, group_id, succeeded)
-    except KafkaError as e:
-        return _error(ctx, group_append_error(e), str(e))
-    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
-        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
+        plan, failed = await in_two_phases(
+            ctx, group_id, lambda share: share_admin.begin_alter_offsets(share, group_id, asked), initialize, record)
+    except ShareAdminError as e:
+        return _error(ctx, e.error_code, e.message)
     for topic in plan.topics:
         for partition in topic["partitions"]:
             code = failed.get((topic["topic_id"], partition["partition_index"]))

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from uuid import UUID
 
-from strata.broker.group_api import manager_of, owns
+from strata.broker.share.admin import ShareAdminError, in_two_phases, share_refusal
 from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group import share_admin
-from strata.coordinator.group.classic import GroupError
-from strata.coordinator.group.manager import group_append_error
-from strata.errors import ErrorCode, KafkaError
+from strata.errors import ErrorCode
 from strata.security.acl import AclOperation, ResourceType
 
 DELETE_SHARE_GROUP_OFFSETS = 92
-DURABLE_TIMEOUT_S = 5.0
 
 
 def _error(ctx: RequestContext, code: int, message: str | None = None) -> Any:
@@ -35,47 +33,32 @@ def _error(ctx: RequestContext, code: int, message: str | None = None) -> Any:
 
 @handles(DELETE_SHARE_GROUP_OFFSETS)
 async def delete_share_group_offsets(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
     group_id = request.group_id
-    if "share" not in broker.config.group_rebalance_protocols:
-        return _error(ctx, ErrorCode.UNSUPPORTED_VERSION)
-    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
-        return _error(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refusal = share_refusal(ctx, group_id, AclOperation.DELETE)
+    if refusal is not None:
+        return _error(ctx, refusal)
     refused = [{"topic_name": t.topic_name, "topic_id": None, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                 "error_message": "Topic authorization failed."}
                for t in request.topics if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.topic_name)]
     names = [t.topic_name for t in request.topics if t.topic_name not in {r["topic_name"] for r in refused}]
-    if not group_id:
-        return _error(ctx, ErrorCode.INVALID_GROUP_ID)
-    manager = manager_of(ctx)
-    persister = broker.share_persister
-    if manager is None or persister is None:
-        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if not owns(ctx, group_id):
-        return _error(ctx, ErrorCode.NOT_COORDINATOR)
+
+    async def delete(persister: Any, plan: share_admin.DeleteOffsetsPlan) -> dict[UUID, int]:
+        keys = [(topic_id, p) for topic_id, (_name, ps) in plan.partitions.items() for p in sorted(ps)]
+        codes = await asyncio.gather(*(persister.delete(group_id, topic_id, p) for topic_id, p in keys))
+        failed: dict[UUID, int] = {}
+        for (topic_id, _p), code in zip(keys, codes, strict=True):
+            if code and topic_id not in failed:
+                failed[topic_id] = code
+        return failed
+
+    def record(share: Any, plan: share_admin.DeleteOffsetsPlan, failed: dict[UUID, int]) -> None:
+        share_admin.complete_delete_offsets(share, group_id, [t for t in plan.partitions if t not in failed])
+
     try:
-        plan = share_admin.begin_delete_offsets(manager.share, group_id, names)
-    except GroupError as e:
-        return _error(ctx, e.error_code, str(e))
-    except KafkaError as e:
-        return _error(ctx, group_append_error(e), str(e))
-    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
-        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
-    keys = [(topic_id, p) for topic_id, (_name, ps) in plan.partitions.items() for p in sorted(ps)]
-    codes = await asyncio.gather(*(persister.delete(group_id, topic_id, p) for topic_id, p in keys))
-    failed: dict[Any, int] = {}
-    for (topic_id, _p), code in zip(keys, codes, strict=True):
-        if code and topic_id not in failed:
-            failed[topic_id] = code
-    deleted = [topic_id for topic_id in plan.partitions if topic_id not in failed]
-    if manager_of(ctx, group_id) is not manager:  # the coordinator moved meanwhile: the client retries there
-        return _error(ctx, ErrorCode.NOT_COORDINATOR)
-    try:
-        share_admin.complete_delete_offsets(manager.share, group_id, deleted)
-    except KafkaError as e:
-        return _error(ctx, group_append_error(e), str(e))
-    if await broker.groups.durable(group_id, DURABLE_TIMEOUT_S):
-        return _error(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The group's records were not replicated in time")
+        plan, failed = await in_two_phases(
+            ctx, group_id, lambda share: share_admin.begin_delete_offsets(share, group_id, names), delete, record)
+    except ShareAdminError as e:
+        return _error(ctx, e.error_code, e.message)
     answered = [{"topic_name": name, "topic_id": topic_id, "error_code": failed.get(topic_id, ErrorCode.NONE),
                  "error_message": None} for topic_id, (name, _ps) in plan.partitions.items()]
     return ctx.respond(throttle_time=0, error_code=ErrorCode.NONE, error_message=None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from strata.broker.share.admin import share_refusal
 from strata.broker.share.requests import (
     Results,
     SessionError,
@@ -28,7 +29,7 @@ from strata.broker.share.requests import (
 from strata.broker.share.sessions import FINAL_EPOCH
 from strata.broker.wire.dispatch import RequestContext, handles
 from strata.errors import ErrorCode
-from strata.security.acl import AclOperation, ResourceType
+from strata.security.acl import AclOperation
 
 SHARE_ACKNOWLEDGE = 79
 
@@ -43,14 +44,13 @@ def _answer(ctx: RequestContext, code: int, message: str | None = None, lock_ms:
 async def share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     shares = broker.shares
-    if "share" not in broker.config.group_rebalance_protocols or shares is None:
-        return _answer(ctx, ErrorCode.UNSUPPORTED_VERSION, "Share groups are not enabled.")
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    refusal = share_refusal(ctx, group_id, AclOperation.READ)
+    if refusal is not None or shares is None:
+        return _answer(ctx, refusal or ErrorCode.COORDINATOR_NOT_AVAILABLE)
     invalid = check_request(group_id, member_id)
     if invalid is not None:
         return _answer(ctx, ErrorCode.INVALID_REQUEST, invalid)
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _answer(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     lock_ms = shares.lock_duration_ms(group_id)
     try:
         session = session_for(shares, ctx, group_id, member_id, epoch, fetch=False)

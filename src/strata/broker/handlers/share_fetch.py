@@ -22,6 +22,7 @@ import time
 from typing import Any
 from uuid import UUID
 
+from strata.broker.share.admin import share_refusal
 from strata.broker.share.partition_manager import ShareFetchError
 from strata.broker.share.requests import (
     PartitionResult,
@@ -38,7 +39,7 @@ from strata.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
 from strata.broker.wire.dispatch import RequestContext, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
-from strata.security.acl import AclOperation, ResourceType
+from strata.security.acl import AclOperation
 
 SHARE_FETCH = 78
 RECORD_LIMIT_MODE = 1
@@ -89,14 +90,13 @@ def _responses(ctx: RequestContext, results: Results, full: list[tuple[UUID, int
 async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     shares = broker.shares
-    if "share" not in broker.config.group_rebalance_protocols or shares is None:
-        return _answer(ctx, ErrorCode.UNSUPPORTED_VERSION, "Share groups are not enabled.")
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    refusal = share_refusal(ctx, group_id, AclOperation.READ)
+    if refusal is not None or shares is None:
+        return _answer(ctx, refusal or ErrorCode.COORDINATOR_NOT_AVAILABLE)
     invalid = check_request(group_id, member_id)
     if invalid is not None:
         return _answer(ctx, ErrorCode.INVALID_REQUEST, invalid)
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _answer(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     renew = bool(getattr(request, "is_renew_ack", False))
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if renew and (request.max_bytes or request.min_bytes or request.max_records or max_wait_ms):

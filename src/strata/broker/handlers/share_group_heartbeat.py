@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from strata.broker.group_api import client_host, manager_of
+from strata.broker.share.admin import share_refusal
 from strata.broker.wire.dispatch import RequestContext, handles
 from strata.coordinator.group.classic import GroupError
 from strata.coordinator.group.manager import group_append_error
@@ -55,11 +56,9 @@ def _invalid(request: Any) -> str | None:
 @handles(SHARE_GROUP_HEARTBEAT)
 async def share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    if "share" not in broker.config.group_rebalance_protocols:
-        return _error(ctx, ErrorCode.UNSUPPORTED_VERSION,
-                      "Share groups are not enabled (group.coordinator.rebalance.protocols)")
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _error(ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refusal = share_refusal(ctx, request.group_id, AclOperation.READ)
+    if refusal is not None:
+        return _error(ctx, refusal)
     names = request.subscribed_topic_names
     if names and broker.authorization.enabled:
         refused = [t for t in names if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)]
