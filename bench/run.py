@@ -2,7 +2,7 @@
 throughput with confluent-kafka against raw asyncio sockets.
 
     .venv/bin/python bench/run.py [--quick] [--only log|broker|tiered|columnar|spark|delete|cluster|rejoin|txn|cleaner|
-                                                  security|diskless|tiered-compaction|rlmm|object-format|group]
+                                                  security|diskless|tiered-compaction|rlmm|object-format|group|share]
                                   [--reps N]
                                   [--total-mib N] [--segment-mib N] [--broker-mib N] [--dir PATH] [--profile-broker]
 
@@ -36,6 +36,7 @@ import rejoin_bench
 import report as bench_report
 import rlmm_restart_bench
 import security_bench
+import share_bench
 import spark_bench
 import tiered_bench
 import tiered_compaction_bench
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
                                            "rejoin", "txn", "cleaner", "security", "diskless",
-                                           "tiered-compaction", "rlmm", "object-format", "group"],
+                                           "tiered-compaction", "rlmm", "object-format", "group", "share"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         object_format_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "group"):  # KIP-848 vs classic: a 50-member group's rebalance when one more joins
         group_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "share"):  # KIP-932: 4 share consumers on one partition vs one classic consumer
+        share_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "tiered"):  # segment copy, remote vs local consume, restart with 100k segments
         return tiered_bench.main(["--quick"] if args.quick else [])
     return 0

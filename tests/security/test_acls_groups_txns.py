@@ -583,3 +583,46 @@ def test_share_group_admin_apis_check_the_group_then_the_topics(broker: BrokerPr
         assert _sg_offsets(w, "sg-read", None)[1] == {TOPIC: (0, EC.NONE), SECRET: (0, EC.NONE)}  # untouched
         d = w.call(SG_DESCRIBE, 1, group_ids=["sg-del"], include_authorized_operations=False)
         assert int(d.groups[0].error_code) == EC.GROUP_ID_NOT_FOUND
+
+
+# -- KIP-932 ShareGroupHeartbeat (76), ShareFetch (78), ShareAcknowledge (79) --
+
+SG_HEARTBEAT, SHARE_FETCH, SHARE_ACK = 76, 78, 79
+
+
+def _topic_id(w: WireClient, topic: str) -> uuid.UUID:
+    md = w.call(3, 12, topics=[{"name": topic, "topic_id": None}], allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False)
+    return md.topics[0].topic_id
+
+
+def test_share_apis_need_read_on_the_group_and_on_each_topic(broker: BrokerProcess) -> None:
+    """Kafka's handlers: ShareGroupHeartbeat needs READ on the group and DESCRIBE on every named topic;
+    ShareFetch and ShareAcknowledge fail whole without READ on the group and per partition without READ on
+    its topic."""
+    with _wire(broker, "admin") as admin:
+        ok_id, secret_id = _topic_id(admin, TOPIC), _topic_id(admin, SECRET)
+    member = uuid.uuid4().hex[:22]
+    with _wire(broker, "alice") as w:
+        def heartbeat(group: str, topics: list[str]) -> int:
+            return int(w.call(SG_HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0, rack_id=None,
+                              subscribed_topic_names=topics).error_code)
+
+        def fetch(group: str, topic_ids: list[uuid.UUID]) -> Any:
+            return w.call(SHARE_FETCH, 1, group_id=group, member_id=member, share_session_epoch=0, max_wait=0,
+                          min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100,
+                          topics=[{"topic_id": t, "partitions": [{"partition_index": 0,
+                                                                   "acknowledgement_batches": []}]}
+                                  for t in topic_ids], forgotten_topics_data=[])
+
+        assert heartbeat("g-none", [TOPIC]) == EC.GROUP_AUTHORIZATION_FAILED
+        assert heartbeat("g-describe", [TOPIC]) == EC.GROUP_AUTHORIZATION_FAILED
+        assert heartbeat("g-ok", [SECRET]) == EC.TOPIC_AUTHORIZATION_FAILED
+        assert heartbeat("g-ok", [TOPIC]) == EC.NONE
+        assert int(fetch("g-none", [ok_id]).error_code) == EC.GROUP_AUTHORIZATION_FAILED
+        answer = fetch("g-ok", [ok_id, secret_id])
+        assert int(answer.error_code) == EC.NONE
+        codes = {t.topic_id: int(t.partitions[0].error_code) for t in answer.responses}
+        assert codes[secret_id] == EC.TOPIC_AUTHORIZATION_FAILED and codes[ok_id] == EC.NONE
+        ack = w.call(SHARE_ACK, 1, group_id="g-none", member_id=member, share_session_epoch=1, topics=[])
+        assert int(ack.error_code) == EC.GROUP_AUTHORIZATION_FAILED
