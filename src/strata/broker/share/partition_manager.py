@@ -41,6 +41,20 @@ Key = tuple[str, UUID, int]  # (group id, topic id, partition)
 _FENCED = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH})
 
 
+def persister_error(code: int) -> int:
+    """What a client is told when the share coordinator refused or could not be reached (Kafka's
+    ``SharePartition.fetchPersisterError``): the coordinator's own errors become COORDINATOR_NOT_AVAILABLE
+    (retriable), a fenced leader epoch NOT_LEADER_OR_FOLLOWER; anything unexpected UNKNOWN_SERVER_ERROR."""
+    if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code == ErrorCode.FENCED_LEADER_EPOCH:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_STATE_EPOCH):
+        return code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 class ShareFetchError(Exception):
     """A partition-level answer: ``error_code`` with a message for the client."""
 
@@ -139,8 +153,9 @@ class SharePartitionManager:
         group_id, topic_id, partition = key
         read = await self.persister.read(group_id, topic_id, partition, leader_epoch)
         if read.error_code:
-            raise ShareFetchError(read.error_code, f"reading the state of share-partition {group_id}:{tp}: "
-                                                   f"{ErrorCode(read.error_code).name}")
+            why = ErrorCode(read.error_code).name
+            raise ShareFetchError(persister_error(read.error_code),
+                                  f"reading the state of share-partition {group_id}:{tp}: {why}")
         plog = self._leader_log(tp)
         start = read.start_offset
         if start < 0:
@@ -310,6 +325,7 @@ class SharePartitionManager:
             log.warning("persisting share-partition %s:%s failed: %s", group_id, entry.tp, ErrorCode(code).name)
             if code in _FENCED:
                 self._drop(entry, ErrorCode(code).name)
+            code = persister_error(code)
         else:
             sp.commit(update)
         self._wake()
