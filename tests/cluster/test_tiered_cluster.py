@@ -267,12 +267,20 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data_once(zk_connect: str, t
         if down is not None:
             cluster.brokers[down].start()
             wait_until(lambda: TOPIC not in cluster.admin().list_topics(timeout=5).topics, 60, "the deletion done")
-        deletes = [(e["partition"], e["segment_id"]) for e in read_events(store, "DELETE_SEGMENT")
-                   if e["topic"] == TOPIC and not e.get("error")]
-        # read at the end: the leaders may still have been uploading when the topic was deleted
-        copied = {(e["partition"], e["segment_id"]) for e in read_events(store, "COPY_SEGMENT") if e["topic"] == TOPIC}
-        assert sorted(deletes) == sorted(set(deletes)), "a segment deleted twice"
-        assert set(deletes) == copied, "every uploaded segment deleted, by one broker, once"
+
+        def deletes() -> list[tuple[int, str]]:
+            return [(e["partition"], e["segment_id"]) for e in read_events(store, "DELETE_SEGMENT")
+                    if e["topic"] == TOPIC and not e.get("error")]
+
+        def copied() -> set[tuple[int, str]]:  # the leaders may still have been uploading at the delete
+            return {(e["partition"], e["segment_id"]) for e in read_events(store, "COPY_SEGMENT")
+                    if e["topic"] == TOPIC}
+
+        # the store records a delete just after the segment's files are gone: wait for the last record
+        wait_until(lambda: set(deletes()) == copied(), 30, "every uploaded segment's delete recorded")
+        time.sleep(1)  # a second delete of a segment would be recorded by now
+        assert sorted(deletes()) == sorted(set(deletes())), "a segment deleted twice"
+        assert set(deletes()) == copied(), "every uploaded segment deleted, by one broker, once"
 
 
 def test_a_partition_reassigned_to_an_empty_broker_copies_the_tail_only(zk_connect: str, tmp_path: Path) -> None:

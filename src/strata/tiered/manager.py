@@ -27,7 +27,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -143,6 +143,9 @@ class PartitionTierState:
     failing_since: float | None = None  # monotonic time of the first failure of the current run of failures
     failure_logged_at: float | None = None  # last WARNING about them (rate-limited)
     being_copied: set[RemoteLogSegmentId] = field(default_factory=set)
+    # uploads running on the copier threads: cancelling the copy task does not stop them, so a delete of the
+    # partition's remote data waits for them first (else an upload finishing after it leaves an orphan)
+    uploads: set[Future[None]] = field(default_factory=set)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     restoring: bool = False  # remote.recovery: the leader's empty log is to start where the remote tier ends
     read_replica: bool = False  # remote.read.replica: follows the bucket's chain instead of uploading
@@ -486,6 +489,7 @@ class RemoteLogManager:
         """Cancel the partitions' tasks; with ``delete_remote`` delete their remote data in the
         background (Kafka does this synchronously in the stop-replica path, KAFKA-15313)."""
         stopped: list[TopicIdPartition] = []
+        uploads: list[Future[None]] = []
         for tp in tps:
             st = self._partitions.pop(tp, None)
             following = self._followers.pop(tp, None)
@@ -496,6 +500,7 @@ class RemoteLogManager:
             if st is not None:
                 for task in st.tasks:
                     task.cancel()
+                uploads.extend(st.uploads.copy())  # (a copier thread may discard one meanwhile)
                 stopped.append(st.tip)
             elif topic_id is not None:
                 stopped.append(TopicIdPartition(topic_id, tp.topic, tp.partition))
@@ -505,13 +510,14 @@ class RemoteLogManager:
         if not delete_remote:
             self.rlmm.on_stop_partitions(set(stopped))
             return None
-        task = asyncio.get_running_loop().create_task(self._delete_partitions(stopped))
+        task = asyncio.get_running_loop().create_task(self._delete_partitions(stopped, uploads))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _delete_partitions(self, tips: list[TopicIdPartition]) -> None:
-        """Delete the remote data of ``tips``, then stop them in the RLMM.
+    async def _delete_partitions(self, tips: list[TopicIdPartition], uploads: Iterable[Future[None]] = ()) -> None:
+        """Delete the remote data of ``tips``, then stop them in the RLMM (after ``uploads``, their copies
+        still running on the copier threads, ended: what they upload is deleted too).
 
         Every partition of a deleted topic comes here, tiered or not: one the RLMM holds no metadata
         of (never tiered, or its data deleted when tiering was turned off) has nothing to delete, which
@@ -521,6 +527,9 @@ class RemoteLogManager:
         stops; it is not stopped meanwhile, so its metadata stays known and the orphan sweep of the next
         start deletes what is left if the broker stops first.
         """
+        running = [asyncio.wrap_future(u) for u in uploads]
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
         try:
             if not await self._metadata_loaded():
                 return  # closing
@@ -822,7 +831,10 @@ class RemoteLogManager:
         started = time.monotonic()
         try:
             self.stats.mark("RemoteCopyRequestsPerSec", st.tp.topic)
-            await self._run(self._copier, self._copy_sync, md, data)  # a failure is counted by _copy_loop
+            upload = self._copier.submit(self._copy_sync, md, data)
+            st.uploads.add(upload)
+            upload.add_done_callback(st.uploads.discard)
+            await asyncio.wrap_future(upload)  # a failure is counted by _copy_loop
         finally:
             st.being_copied.discard(segment_id)
         self.stats.mark("RemoteCopyBytesPerSec", st.tp.topic, md.segment_size_in_bytes)
