@@ -437,7 +437,6 @@ class Broker:
                                               inter_broker_security(self.config))
         self.shares = SharePartitionManager(self, self.share_persister)
         self.groups.share_state = self.share_persister
-        self.groups.share_listener(self.shares.member_left)
         self.transactions = TransactionService(
             self.config, self.replicas, self.topics, self.view, self.admin, self.producer_ids.next_id,
             self.clock.milliseconds, self.cluster is not None, self.create_topic, lambda: self.config)

@@ -53,7 +53,7 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> Any:
         return _answer(ctx, ErrorCode.INVALID_REQUEST, invalid)
     lock_ms = shares.lock_duration_ms(group_id)
     try:
-        session = session_for(shares, ctx, group_id, member_id, epoch, fetch=False)
+        session_for(shares, ctx, group_id, member_id, epoch, fetch=False)
     except SessionError as e:
         return _answer(ctx, e.error_code, str(e), lock_ms)
     results: Results = {}
@@ -65,9 +65,8 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> Any:
             acks[(topic_id, p.partition_index)] = acknowledgements(p)
     if acks:
         await apply_acknowledgements(ctx, shares, group_id, member_id, acks, results)
-    if epoch == FINAL_EPOCH and session is not None:
-        shares.sessions.close(group_id, member_id)
-        shares.release_member(group_id, member_id)
+    if epoch == FINAL_EPOCH:
+        shares.close_session(group_id, member_id)
     by_topic: dict[UUID, list[dict[str, Any]]] = {}
     for (topic_id, partition), r in results.items():
         code = r.error_code or (r.acknowledge_error_code or 0)

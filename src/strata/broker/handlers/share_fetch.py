@@ -126,10 +126,8 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     if valid_acks:
         await apply_acknowledgements(ctx, shares, group_id, member_id, valid_acks, results)
 
-    if session is None or epoch == FINAL_EPOCH:
-        if session is not None:
-            shares.sessions.close(group_id, member_id)
-            shares.release_member(group_id, member_id)
+    if epoch == FINAL_EPOCH:
+        shares.close_session(group_id, member_id)
         responses, endpoints = _responses(ctx, results, None)
         return _answer(ctx, ErrorCode.NONE, None, lock_ms, responses, endpoints)
 

@@ -2,9 +2,9 @@
 
 Checked as Kafka's ``throwIfShareGroupHeartbeatRequestIsInvalid`` (INVALID_REQUEST: librdkafka treats it as
 fatal), then the group coordinator's share state machine (:mod:`strata.coordinator.group.share_manager`)
-answers; in a cluster the answer waits until the ISR has the group's records. A member leaving (epoch -1) or
-fenced also gives back the records it holds on this broker's share-partitions (Kafka's ShareGroupListener),
-so they need not wait for their acquisition locks.
+answers; in a cluster the answer waits until the ISR has the group's records. Leaving (epoch -1) releases
+no records: the member's final ShareAcknowledge closes its share session and gives back what it still holds
+(Kafka 4.2's order).
 
 Authorization: READ on the group and DESCRIBE on every subscribed topic. Disabled
 (``group.coordinator.rebalance.protocols`` without ``share``) the API answers UNSUPPORTED_VERSION.

@@ -295,18 +295,21 @@ class SharePartitionManager:
             for entry in entries:
                 self._drop(entry, "its share group is empty")
 
-    def member_left(self, group_id: str, member_id: str, group_empty: bool = False) -> None:
-        """The group coordinator fenced or removed the member (Kafka's ShareGroupListener). An empty group's
-        share-partitions are forgotten (``onGroupEmpty``): the offsets may now be reset or deleted, and the
-        next member must read the state the coordinator then holds."""
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """The member's share session ended (epoch -1, or its connection closed): its records go back
+        (Kafka's ``onMemberLeave``), and once no session of its group is left on this broker the group's
+        share-partitions are forgotten (``onGroupEmpty``), so the next member reads the state the coordinator
+        then holds (offsets reset or deleted meanwhile). A member that merely leaves the group keeps its
+        records until its final acknowledgement or its locks expire, as in Kafka: the leave heartbeat and the
+        final acknowledgement travel on different connections, and releasing at the first would hand
+        records it is still acknowledging to another member."""
         self.sessions.close(group_id, member_id)
-        self.release_member(group_id, member_id, then_forget=group_empty)
+        empty = not any(s.group_id == group_id for s in self.sessions.sessions())
+        self.release_member(group_id, member_id, then_forget=empty)
 
     def connection_closed(self, connection_id: str) -> None:
-        """A client connection went away: its members' sessions close and their records are released."""
         for session in self.sessions.of_connection(connection_id):
-            self.sessions.close(session.group_id, session.member_id)
-            self.release_member(session.group_id, session.member_id)
+            self.close_session(session.group_id, session.member_id)
 
     async def _persist(self, entry: _Entry, update: PendingUpdate) -> int:
         """WriteShareGroupState, then commit (or roll back) the change; wakes waiting fetches."""

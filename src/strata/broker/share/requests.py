@@ -72,27 +72,24 @@ def check_request(group_id: str | None, member_id: str | None) -> str | None:
 
 
 def session_for(shares: SharePartitionManager, ctx: RequestContext, group_id: str, member_id: str, epoch: int,
-                *, fetch: bool) -> ShareSession | None:
-    """The share session this request runs in (None for a final epoch -1 without a session); SessionError with
-    the request-level error otherwise. Opening (epoch 0) replaces the member's earlier session and gives its
-    records back."""
+                *, fetch: bool) -> ShareSession:
+    """The share session this request runs in; SessionError with the request-level error otherwise. Opening
+    (epoch 0) replaces the member's earlier session; as in Kafka's ``newContext`` its records stay acquired
+    (a client reopens its session while it still works on what it received: releasing them would hand them
+    to another member at the same time)."""
     sessions = shares.sessions
     now = shares.broker.clock.milliseconds()
     if epoch == INITIAL_EPOCH:
         if not fetch:
             raise SessionError(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                                "A share acknowledge request cannot open a share session (epoch 0).")
-        session, replaced = sessions.open(group_id, member_id, ctx.connection_id, now)
-        if replaced is not None:
-            shares.release_member(replaced.group_id, replaced.member_id)
+        session, _replaced = sessions.open(group_id, member_id, ctx.connection_id, now)
         if session is None:
             raise SessionError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
                                f"The broker has reached group.share.max.share.sessions ({sessions.max_sessions}).")
         return session
     session = sessions.get(group_id, member_id)
     if session is None:
-        if epoch == FINAL_EPOCH:
-            return None
         raise SessionError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"No share session for member {member_id}.")
     if epoch != FINAL_EPOCH:
         if epoch != session.epoch:

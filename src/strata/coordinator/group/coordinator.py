@@ -172,7 +172,6 @@ class GroupCoordinator:
         self._creating: asyncio.Task[None] | None = None
         # KIP-932: set by the broker once its share persister and share-partition manager run
         self.share_state: ShareStateInitializer | None = None
-        self._member_listener: Callable[[str, str, bool], None] | None = None
         self._share_tasks: set[asyncio.Task[None]] = set()
 
     def _group_settings(self, group_id: str) -> GroupSettings:
@@ -217,7 +216,6 @@ class GroupCoordinator:
                 max_size=cfg.share_groups.max_size,
                 initialize_retry_interval_ms=cfg.share_groups.initialize_retry_interval_ms),
             share_initializer=self._initialize_share_partitions)
-        manager.share.member_listener = self._member_listener
         if not self.clustered:
             self._load(manager)
             manager.on_loaded()
@@ -228,12 +226,6 @@ class GroupCoordinator:
                     self.on_leader(tp.partition)
         interval = _config_value(cfg.raw, "offsets.retention.check.interval.ms")
         self._expiry = loop.create_task(self._expire_periodically(interval))
-
-    def share_listener(self, listener: Callable[[str, str, bool], None]) -> None:
-        """Told of every share-group member that left or was fenced, and whether its group is now empty."""
-        self._member_listener = listener
-        if self.manager is not None:
-            self.manager.share.member_listener = listener
 
     def _initialize_share_partitions(self, group_id: str, todo: dict[UUID, frozenset[int]], state_epoch: int,
                                      done: Callable[[dict[UUID, frozenset[int]]], None]) -> None:

@@ -114,9 +114,6 @@ class ShareGroupManager:
         self.groups: dict[str, ShareGroup] = {}
         self._initializing_since: dict[tuple[str, UUID, int], int] = {}
         self.rebalances = 0
-        # Told of every member that left or was fenced, and whether the group is now empty (the share-partition
-        # leader releases the member's records, and forgets an empty group's share-partitions).
-        self.member_listener: Callable[[str, str, bool], None] | None = None
 
     def _now(self) -> int:
         return self.clock.milliseconds()
@@ -341,9 +338,6 @@ class ShareGroupManager:
         self.rebalances += 1
         self.timer.cancel(self._session_key(gid, member_id))
         log.info("member %s left share group %s", member_id, gid)
-        if self.member_listener is not None:  # Kafka's ShareGroupListener: its records go back at once
-            now = self.groups.get(gid)
-            self.member_listener(gid, member_id, now is None or not now.members)
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timer.schedule(self._session_key(group_id, member_id), self._group_settings(group_id)[0],
