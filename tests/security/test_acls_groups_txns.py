@@ -54,6 +54,7 @@ ACLS = [
     _acl(ResourceType.GROUP, "g-wire", "alice", AclOperation.READ),
     _acl(ResourceType.GROUP, "g-txn", "alice", AclOperation.READ),
     _acl(ResourceType.GROUP, "g-describe", "alice", AclOperation.DESCRIBE),
+    _acl(ResourceType.GROUP, "g-share", "alice", AclOperation.READ),  # a share group (the others are taken)
     _acl(ResourceType.TRANSACTIONAL_ID, "tx-ok", "alice", AclOperation.WRITE),
     _acl(ResourceType.TRANSACTIONAL_ID, "tx-describe", "alice", AclOperation.DESCRIBE),
     _acl(ResourceType.TRANSACTIONAL_ID, "tx-ok", "bob", AclOperation.DESCRIBE),
@@ -617,10 +618,10 @@ def test_share_apis_need_read_on_the_group_and_on_each_topic(broker: BrokerProce
 
         assert heartbeat("g-none", [TOPIC]) == EC.GROUP_AUTHORIZATION_FAILED
         assert heartbeat("g-describe", [TOPIC]) == EC.GROUP_AUTHORIZATION_FAILED
-        assert heartbeat("g-ok", [SECRET]) == EC.TOPIC_AUTHORIZATION_FAILED
-        assert heartbeat("g-ok", [TOPIC]) == EC.NONE
+        assert heartbeat("g-share", [SECRET]) == EC.TOPIC_AUTHORIZATION_FAILED
+        assert heartbeat("g-share", [TOPIC]) == EC.NONE
         assert int(fetch("g-none", [ok_id]).error_code) == EC.GROUP_AUTHORIZATION_FAILED
-        answer = fetch("g-ok", [ok_id, secret_id])
+        answer = fetch("g-share", [ok_id, secret_id])
         assert int(answer.error_code) == EC.NONE
         codes = {t.topic_id: int(t.partitions[0].error_code) for t in answer.responses}
         assert codes[secret_id] == EC.TOPIC_AUTHORIZATION_FAILED and codes[ok_id] == EC.NONE

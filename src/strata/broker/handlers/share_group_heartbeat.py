@@ -26,6 +26,7 @@ from strata.security.acl import AclOperation, ResourceType
 SHARE_GROUP_HEARTBEAT = 76
 MAX_MEMBER_ID_LENGTH = 36
 DURABLE_TIMEOUT_S = 5.0
+INITIALIZE_WAIT_S = 2.0  # how long a heartbeat waits for the share-partition initializations it started
 
 
 def _error(ctx: RequestContext, code: int, message: str | None = None, member_id: str | None = None,
@@ -77,6 +78,13 @@ async def share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         answer = manager.share.heartbeat(request.group_id, request.member_id, request.member_epoch,
                                          request.rack_id, None if names is None else tuple(names),
                                          ctx.client_id or "", client_host(ctx))
+        if answer["member_epoch"] > 0 and await broker.groups.share_initialized(request.group_id,
+                                                                                INITIALIZE_WAIT_S):
+            # The partitions this heartbeat had initialized are ready: assign them now rather than at the
+            # member's next heartbeat (Kafka answers this one empty and makes a new member wait an interval)
+            again = manager.share.heartbeat(request.group_id, request.member_id, answer["member_epoch"],
+                                            request.rack_id, None, ctx.client_id or "", client_host(ctx))
+            answer = {**again, "assignment": again["assignment"] or answer["assignment"]}
     except GroupError as e:
         return _error(ctx, e.error_code, str(e) if str(e) != str(e.error_code) else None, request.member_id,
                       request.member_epoch if e.error_code != ErrorCode.FENCED_MEMBER_EPOCH else 0)

@@ -172,7 +172,7 @@ class GroupCoordinator:
         self._creating: asyncio.Task[None] | None = None
         # KIP-932: set by the broker once its share persister and share-partition manager run
         self.share_state: ShareStateInitializer | None = None
-        self._share_tasks: set[asyncio.Task[None]] = set()
+        self._share_tasks: dict[str, set[asyncio.Task[None]]] = {}  # group id -> initializations under way
 
     def _group_settings(self, group_id: str) -> GroupSettings:
         source: GroupSettingsSource | None = getattr(self.broker, "group_configs", None)
@@ -235,8 +235,25 @@ class GroupCoordinator:
         asked for again after ``group.share.initialize.retry.interval.ms``."""
         task = asyncio.get_running_loop().create_task(self._run_share_initialization(group_id, todo, state_epoch,
                                                                                       done))
-        self._share_tasks.add(task)
-        task.add_done_callback(self._share_tasks.discard)
+        pending = self._share_tasks.setdefault(group_id, set())
+        pending.add(task)
+
+        def finished(t: asyncio.Task[None]) -> None:
+            pending.discard(t)
+            if not pending and self._share_tasks.get(group_id) is pending:
+                del self._share_tasks[group_id]
+
+        task.add_done_callback(finished)
+
+    async def share_initialized(self, group_id: str, timeout_s: float) -> bool:
+        """Wait for the group's share-partition initializations under way; whether there were any and they
+        all ended in time (the heartbeat that started them can then answer with the partitions assigned,
+        instead of one heartbeat interval later)."""
+        tasks = list(self._share_tasks.get(group_id, ()))
+        if not tasks:
+            return False
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
 
     async def _run_share_initialization(self, group_id: str, todo: dict[UUID, frozenset[int]], state_epoch: int,
                                         done: Callable[[dict[UUID, frozenset[int]]], None]) -> None:
@@ -260,9 +277,10 @@ class GroupCoordinator:
             done({t: frozenset(ps) for t, ps in succeeded.items()})
 
     async def stop(self) -> None:
-        for task in list(self._share_tasks):
+        tasks = [t for pending in self._share_tasks.values() for t in pending]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._share_tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         manager, self.manager = self.manager, None
         if self._expiry is not None:
             self._expiry.cancel()
