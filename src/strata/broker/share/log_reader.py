@@ -16,6 +16,7 @@ from strata.protocol.records.batch import BatchHeader, TruncatedBatchError, iter
 from strata.tiered.api import TopicIdPartition
 
 if TYPE_CHECKING:
+    from strata.log.file_records import FileSlice
     from strata.log.partition_log import PartitionLog
     from strata.tiered.manager import RemoteLogManager
 
@@ -86,10 +87,25 @@ def aborted_ranges(batches: list[tuple[int, BatchHeader]],
     return tuple(out)
 
 
+def _enough(sl: FileSlice, max_records: int) -> int:
+    """How many bytes of a local slice hold about ``max_records`` records (whole batches, at least one): the
+    slice is only positions in the segment, so walking the batch headers avoids reading the megabytes a
+    fetch's byte budget allows that the share-partition would not hand out (it acquires whole batches up to
+    MaxRecords)."""
+    position, end, records = sl.position, sl.position + sl.size, 0
+    while position < end and records < max_records:
+        header = sl.file.read_header(position)
+        if position + header.size > end:
+            break
+        records += header.last_offset_delta + 1
+        position += header.size
+    return max(position - sl.position, 0) if position > sl.position else sl.size
+
+
 async def read_for_share(plog: PartitionLog, rlm: RemoteLogManager | None, tip: TopicIdPartition, offset: int,
-                         max_bytes: int, read_committed: bool) -> ShareRead:
-    """Whole batches from ``offset`` (at least one, whatever ``max_bytes``), bounded by the HWM or LSO.
-    OffsetOutOfRangeError and the remote tier's errors propagate."""
+                         max_bytes: int, read_committed: bool, max_records: int | None = None) -> ShareRead:
+    """Whole batches from ``offset`` (at least one, whatever ``max_bytes``; about ``max_records`` records when
+    given), bounded by the HWM or LSO. OffsetOutOfRangeError and the remote tier's errors propagate."""
     bound = plog.last_stable_offset if read_committed else plog.high_watermark
     if offset >= bound:
         return ShareRead(b"", ())
@@ -103,7 +119,13 @@ async def read_for_share(plog: PartitionLog, rlm: RemoteLogManager | None, tip: 
     else:
         isolation = FetchIsolation.TXN_COMMITTED if read_committed else FetchIsolation.HIGH_WATERMARK
         data = plog.read(offset, max_bytes, isolation, min_one_message=True)
-        raw = data.records.read() if data.records is not None and data.records.size else b""
+        sl = data.records
+        if sl is None or not sl.size:
+            raw = b""
+        elif max_records is None:
+            raw = sl.read()
+        else:
+            raw = sl.file.read(sl.position, _enough(sl, max_records))
         txns = None
         if read_committed and raw:
             served = data.fetch_offset_metadata.segment_base_offset

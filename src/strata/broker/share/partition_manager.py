@@ -238,7 +238,7 @@ class SharePartitionManager:
             tip = TopicIdPartition(entry.key[1], entry.tp.topic, entry.tp.partition)
             try:
                 read: ShareRead = await read_for_share(plog, self.broker.remote_log_manager, tip, offset,
-                                                       max_bytes, read_committed)
+                                                       max_bytes, read_committed, max_records)
             except OffsetOutOfRangeError:
                 # Kafka's ShareFetchUtils: not passed on; the share-partition jumps to the log start
                 sp.update_log_start(plog.log_start_offset)
