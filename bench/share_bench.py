@@ -128,12 +128,12 @@ def one_run(broker: BrokerProcess, mode: str, topic: str, total: int, consumers:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="100k records, 1 repetition")
-    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--quick", action="store_true", help="200k records, 1 repetition")
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--reps", type=int, default=2)
     args = ap.parse_args(argv)
-    total, reps = (100_000, 1) if args.quick else (args.records, args.reps)
+    total, reps = (200_000, 1) if args.quick else (args.records, args.reps)
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="share-bench-") as tmp:
         broker = BrokerProcess(Path(tmp) / "broker", PROPS).start()
