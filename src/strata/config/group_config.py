@@ -40,8 +40,8 @@ GROUP_COORDINATOR_KEYS = [
     ConfigKey("group.consumer.assignors", "list", list(CONSUMER_ASSIGNORS), list_of(*CONSUMER_ASSIGNORS),
               "Server-side assignors; the first is the default"),
     ConfigKey("group.consumer.migration.policy", "string", "bidirectional", one_of(*MIGRATION_POLICIES),
-              "Whether a classic group with live members converts to a consumer group online and back: "
-              "not built yet, so every value behaves as disabled (empty groups convert offline, as in Kafka)"),
+              "Whether a classic group with live members converts to a consumer group online (upgrade), back "
+              "(downgrade), both, or neither (empty groups convert offline whatever the value, as in Kafka)"),
     ConfigKey("group.consumer.regex.refresh.interval.ms", "int", 600_000, at_least(10_000),
               "How often a consumer group's regular expressions are resolved again"),
 ]

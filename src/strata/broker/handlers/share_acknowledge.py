@@ -15,14 +15,13 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from strata.broker.share.admin import share_refusal
 from strata.broker.share.requests import (
     Results,
     SessionError,
     acknowledgements,
     apply_acknowledgements,
-    check_request,
     merged_topics,
+    refusal,
     resolve,
     session_for,
 )
@@ -42,15 +41,13 @@ def _answer(ctx: RequestContext, code: int, message: str | None = None, lock_ms:
 
 @handles(SHARE_ACKNOWLEDGE)
 async def share_acknowledge(ctx: RequestContext, request: Any) -> Any:
+    refused = refusal(ctx, request)
+    if refused is not None:
+        return _answer(ctx, *refused)
     broker = ctx.broker
     shares = broker.shares
+    assert shares is not None
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
-    refusal = share_refusal(ctx, group_id, AclOperation.READ)
-    if refusal is not None or shares is None:
-        return _answer(ctx, refusal or ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    invalid = check_request(group_id, member_id)
-    if invalid is not None:
-        return _answer(ctx, ErrorCode.INVALID_REQUEST, invalid)
     lock_ms = shares.lock_duration_ms(group_id)
     try:
         session_for(shares, ctx, group_id, member_id, epoch, fetch=False)

@@ -22,7 +22,6 @@ import time
 from typing import Any
 from uuid import UUID
 
-from strata.broker.share.admin import share_refusal
 from strata.broker.share.partition_manager import ShareFetchError
 from strata.broker.share.requests import (
     PartitionResult,
@@ -30,8 +29,8 @@ from strata.broker.share.requests import (
     SessionError,
     acknowledgements,
     apply_acknowledgements,
-    check_request,
     merged_topics,
+    refusal,
     resolve,
     session_for,
 )
@@ -88,15 +87,13 @@ def _responses(ctx: RequestContext, results: Results, full: list[tuple[UUID, int
 
 @handles(SHARE_FETCH)
 async def share_fetch(ctx: RequestContext, request: Any) -> Any:
+    refused = refusal(ctx, request)
+    if refused is not None:
+        return _answer(ctx, *refused)
     broker = ctx.broker
     shares = broker.shares
+    assert shares is not None
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
-    refusal = share_refusal(ctx, group_id, AclOperation.READ)
-    if refusal is not None or shares is None:
-        return _answer(ctx, refusal or ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    invalid = check_request(group_id, member_id)
-    if invalid is not None:
-        return _answer(ctx, ErrorCode.INVALID_REQUEST, invalid)
     renew = bool(getattr(request, "is_renew_ack", False))
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     if renew and (request.max_bytes or request.min_bytes or request.max_records or max_wait_ms):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from strata.broker.share.admin import share_refusal
 from strata.broker.share.partition_manager import ShareFetchError
 from strata.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, next_epoch
 from strata.errors import ErrorCode
@@ -63,11 +64,18 @@ def acknowledgements(partition: Any) -> AckBatches:
             for b in partition.acknowledgement_batches]
 
 
-def check_request(group_id: str | None, member_id: str | None) -> str | None:
-    if not group_id:
-        return "Group id must not be empty."
-    if not member_id:
-        return "Member id must not be empty."
+def refusal(ctx: RequestContext, request: Any) -> tuple[int, str | None] | None:
+    """The request-level answer of a ShareFetch or ShareAcknowledge that goes no further: share groups off or
+    not running yet, no READ on the group, an empty group or member id."""
+    code = share_refusal(ctx, request.group_id, AclOperation.READ)
+    if code is not None:
+        return code, None
+    if ctx.broker.shares is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+    if not request.group_id:
+        return ErrorCode.INVALID_REQUEST, "Group id must not be empty."
+    if not request.member_id:
+        return ErrorCode.INVALID_REQUEST, "Member id must not be empty."
     return None
 
 
