@@ -217,7 +217,7 @@ def test_exactly_once_while_members_join_leave_and_are_killed(broker: BrokerProc
             live.append(spawn())
         feeder.join(WAIT_S)
         assert done.is_set(), "the feeder did not finish"
-        check_copied_once(broker.bootstrap, "eos-out", total)
+        check_copied_once(broker.bootstrap, "eos-out", total, source=("eos-in", "g-eos"))
     finally:
         for proc in workers:
             if proc.poll() is None:

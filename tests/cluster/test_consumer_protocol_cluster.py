@@ -71,7 +71,7 @@ def test_consumer_group_survives_its_coordinator(zk_connect: str, tmp_path: Path
             assert done.is_set(), "the feeder did not finish"
             cluster.brokers[coordinator].start()
 
-            check_copied_once(cluster.bootstrap, "kout", total, 120)
+            check_copied_once(cluster.bootstrap, "kout", total, 120, ("kin", "g-kip848"))
         finally:
             for w in workers:
                 if w.poll() is None:
