@@ -382,9 +382,9 @@ def latest_offset(wire: WireClient, topic: str, partition: int, timestamp: int =
 
 def fetch_partition(wire: WireClient, topic: str, partition: int, offset: int, version: int = 12,
                     max_wait_ms: int = 0, min_bytes: int = 0, topic_id: uuid.UUID | None = None,
-                    isolation: int = 0) -> Any:
+                    isolation: int = 0, replica_id: int = -1) -> Any:
     resp = wire.call(1, version, max_wait=max_wait_ms, min_bytes=min_bytes, max_bytes=4 << 20,
-                     isolation_level=isolation, session_id=0, session_epoch=-1, replica_id=-1, rack_id="",
+                     isolation_level=isolation, session_id=0, session_epoch=-1, replica_id=replica_id, rack_id="",
                      topics=[{"topic": topic, "topic_id": topic_id,
                               "partitions": [{"partition": partition, "fetch_offset": offset,
                                               "partition_max_bytes": 4 << 20, "current_leader_epoch": -1,

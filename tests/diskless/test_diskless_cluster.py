@@ -225,19 +225,34 @@ def test_a_replicated_classic_topic_switched_to_diskless(zk_connect: str, tmp_pa
             assert [m.offset() for m in got] == list(range(600))
             assert [m.value() for m in got] == [b"c%04d" % i + PAD for i in range(partition, 600, 2)] + \
                 [b"d%04d" % i + PAD for i in range(partition, 600, 2)]
-        for partition in range(2):
-            wait_until(f"sw-{partition} identical on every replica after the switch",
-                       lambda partition=partition: len({_log_bytes(b.data_dir / "logs" / f"sw-{partition}")
-                                                        for b in cluster.brokers.values()}) == 1, 30)
+        def replayed(last: bytes) -> None:
+            # every replica's local log ends with the partition's last record, byte-identical (checked before
+            # the replicas have consolidated, identical logs would hold just the classic part)
+            for partition in range(2):
+                value = last % (598 + partition if last.startswith(b"d") else 298 + partition)
+                wait_until(f"sw-{partition} identical on every replica up to {value!r}", lambda partition=partition,
+                           value=value: len(logs := {_log_bytes(b.data_dir / "logs" / f"sw-{partition}")
+                                                     for b in cluster.brokers.values()}) == 1
+                           and value in logs.pop(), 30)
+
+        replayed(b"d%04d")
+        state = cluster.metadata("sw").partitions[0]
+        follower = next(r for r in state.replicas if r != state.leader)
+        with WireClient(cluster.brokers[state.leader].bootstrap) as w:  # a follower's fetch, as its fetcher sends
+            tail = fetched_values(fetch_partition(w, "sw", 0, 290, replica_id=follower).records)
+            assert [o for o, _ in tail if o >= 290] == list(range(290, 300)), "the classic part only"
+            assert not fetched_values(fetch_partition(w, "sw", 0, 300, replica_id=follower).records)
         # What the followers copy of "sw" itself (the broker-wide fetcher bytes also count __diskless_metadata's
-        # commands, which on a loaded machine came to more than this bound once): nothing once sealed
+        # commands, which on a loaded machine came to more than this bound once): the classic part, both
+        # followers of both partitions, and nothing more (the leader serves them only below the seal, the rest
+        # they replay from the WAL)
         replicated_before = topic_replicated_bytes(cluster, "sw")
-        assert replicated_before >= 2 * 600 * len(PAD), ("the classic part was copied by both followers",
-                                                         replicated_before)
+        assert 2 * 600 * len(PAD) <= replicated_before < 2 * 600 * (len(PAD) + 100), (
+            "the classic part was copied by both followers, and only it", replicated_before)
         for i in range(300):
             p.produce("sw", value=b"e%04d" % i + PAD, partition=i % 2)
         assert p.flush(60) == 0
-        time.sleep(1)
+        replayed(b"e%04d")
         replicated_after = topic_replicated_bytes(cluster, "sw")
         assert replicated_after == replicated_before, ("followers stopped copying from the leader once sealed",
                                                        replicated_before, replicated_after)

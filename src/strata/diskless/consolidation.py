@@ -114,6 +114,9 @@ class Consolidator:
         them in the ISR)."""
         self._hosted = hosted
         self._consolidating = consolidating if consolidating is not None else set()
+        # Where each hosted partition's diskless log starts (its seal; 0 for a topic born diskless), as the
+        # coordinator said: a leader serves its followers' fetches only below it (``classic_end``)
+        self._diskless_starts: dict[TopicPartition, int] = {}
         self._stop_following = stop_following
         self._query = query
         self._execute = execute
@@ -130,6 +133,8 @@ class Consolidator:
         ``prune_interval_ms``. Returns the number of batches appended (0: caught up)."""
         hosted = self._hosted()
         self._consolidating.intersection_update(h.tp for h in hosted)  # a topic deleted, or no longer hosted here
+        for tp in self._diskless_starts.keys() - self._consolidating:
+            del self._diskless_starts[tp]
         if not hosted:
             return 0
         parts = [TopicIdPartition(h.topic_id, h.tp.partition) for h in hosted]
@@ -145,6 +150,7 @@ class Consolidator:
                         seals.append(seal)
                 continue
             self._consolidating.add(h.tp)
+            self._diskless_starts[h.tp] = info.diskless_start_offset
             if h.classic_following:
                 if h.log.log_end_offset < info.diskless_start_offset:
                     continue  # a switched partition's follower still copying the classic part up to the seal
@@ -157,6 +163,9 @@ class Consolidator:
         if seals:
             created = await self._execute("init_diskless_log", seals)
             self.stats.seals += sum(1 for r in created if r.created)
+            for seal, r in zip(seals, created, strict=True):  # before this leader consolidates past it
+                if r.created:
+                    self._diskless_starts[TopicPartition(seal.topic_name, seal.partition)] = seal.seal_offset
             for r in created:
                 if r.created:
                     log.info("%s-%d: diskless from now on (classic-to-diskless switch sealed)", r.topic_id, r.partition)
@@ -168,6 +177,13 @@ class Consolidator:
             self._last_prune_ms = now
             await self._prune([(h, i) for h, i in zip(hosted, infos, strict=True) if h.leads and not i.error])
         return appended
+
+    def classic_end(self, tp: TopicPartition) -> int | None:
+        """Where a switched partition's classic part ends (its seal), once the coordinator has it: a leader
+        serves its followers' fetches only below it, so that a follower still fetching when the seal lands
+        (it stops once its own coordinator replica has the seal) copies the classic part only and replays the
+        rest from the WAL like every replica. None while unsealed (the whole log is classic)."""
+        return self._diskless_starts.get(tp)
 
     def _align(self, h: Hosted, info: LogInfo) -> None:
         """Bring the local log's ends within the coordinator's: restart it at the WAL start when it fell

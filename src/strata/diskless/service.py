@@ -270,6 +270,10 @@ class DisklessService:
 
     # -- topics ---------------------------------------------------------------------------------
 
+    def classic_end(self, tp: TopicPartition) -> int | None:
+        """Where a hosted switched partition's classic part ends, once sealed (see ``Consolidator.classic_end``)."""
+        return self.consolidator.classic_end(tp)
+
     def is_diskless(self, topic: str) -> bool:
         info = self.topics.get(topic)
         return info is not None and bool(info.configs) and self.topics.config(topic).diskless_enable

@@ -257,13 +257,16 @@ class PartitionLog:
     # -- read ----------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_length: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
-             min_one_message: bool = True) -> FetchDataInfo:
-        """Local read; an offset below ``local_log_start_offset`` raises OffsetOutOfRangeError."""
+             min_one_message: bool = True, upper_bound: int | None = None) -> FetchDataInfo:
+        """Local read; an offset below ``local_log_start_offset`` raises OffsetOutOfRangeError. ``upper_bound``:
+        an offset the read stops at besides the isolation's (a switched partition's classic end)."""
         if isolation is FetchIsolation.LOG_END:
             max_metadata = self.local_log.log_end_offset_metadata
         else:
             bound = self.high_watermark if isolation is FetchIsolation.HIGH_WATERMARK else self.last_stable_offset
             max_metadata = LogOffsetMetadata(bound)
+        if upper_bound is not None and upper_bound < max_metadata.message_offset:
+            max_metadata = LogOffsetMetadata(upper_bound)
         return self.local_log.read(start_offset, max_length, min_one_message, max_metadata,
                                    self.local_log_start_offset)
 

@@ -209,7 +209,12 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
                    last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset)
         return out
     max_bytes = max(0, min(p.partition_max_bytes, budget))
-    data = plog.read(p.fetch_offset, max_bytes, FetchIsolation.LOG_END, min_one_message=state.bytes == 0)
+    diskless = ctx.broker.diskless
+    # A switched partition: only its classic part is copied from the leader, the rest is replayed from the WAL
+    classic_end = diskless.classic_end(tp) if diskless is not None and diskless.is_diskless(tp.topic) else None
+    records = None if classic_end is not None and p.fetch_offset >= classic_end else plog.read(
+        p.fetch_offset, max_bytes, FetchIsolation.LOG_END, min_one_message=state.bytes == 0,
+        upper_bound=classic_end).records
     ctx.broker.replicas.update_follower_fetch(tp, replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
     out.update(high_watermark=plog.high_watermark, last_stable_offset=plog.last_stable_offset,
                log_start_offset=plog.log_start_offset)
@@ -219,10 +224,10 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
         if (part is None or replica_id not in part.isr) and quota.is_quota_exceeded():
             state.held_s = quota.throttle_s()
             return out  # Kafka's shouldLeaderThrottle: no records, no error (it counts nothing towards min_bytes)
-        if data.records is not None:
-            state.throttled_bytes += data.records.size
+        if records is not None:
+            state.throttled_bytes += records.size
     before = state.bytes
-    _attach(out, data.records, state)
+    _attach(out, records, state)
     if state.bytes > before:
         state.replication_bytes[tp.topic] = state.replication_bytes.get(tp.topic, 0) + state.bytes - before
     return out
