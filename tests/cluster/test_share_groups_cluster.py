@@ -6,13 +6,23 @@ lost, none accepted twice.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka import AcknowledgeType, Producer, TopicCollection
 from confluent_kafka.admin import NewTopic
 from tests.cluster.harness import running_cluster, wait_until
-from tests.support.share import SHARE_BROKER_PROPS, poll_until, set_group_configs, share_consumer
+from tests.support.share import (
+    SHARE_BROKER_PROPS,
+    holding_consumer,
+    poll_until,
+    set_group_configs,
+    share_consumer,
+    stop_holder,
+)
 
 from strata.common.hashing import kafka_partition_for
 from strata.coordinator.share.coordinator import coordinator_key
@@ -70,3 +80,55 @@ def test_share_group_state_survives_its_coordinator(zk_connect: str, tmp_path: P
         finally:
             c.close()
         cluster.brokers[coordinator].start()
+
+
+def test_group_configs_set_through_one_broker_are_honoured_by_the_share_partition_leader(
+        zk_connect: str, tmp_path: Path) -> None:
+    """The share GROUP configs (`/config/groups/<id>` in ZooKeeper, mirrored by every broker) reach the broker
+    leading the share-partition when they are set through another one: `share.record.lock.duration.ms` (a
+    frozen member's records come back after its 1 s, not the broker default's 60 s) and
+    `share.isolation.level` (an aborted transaction is never delivered)."""
+    props = {**PROPS, "group.share.record.lock.duration.ms": "60000",
+             "group.share.max.record.lock.duration.ms": "60000"}
+    with running_cluster(zk_connect, tmp_path, props=props) as cluster:
+        admin = cluster.admin()
+        admin.create_topics([NewTopic("sc", 1, 3)])["sc"].result(30)
+        cluster.wait_full_isr("sc")
+        leader = cluster.leader_of("sc", 0)
+        elsewhere = next(b for b in cluster.brokers if b != leader)
+        set_group_configs(cluster.brokers[elsewhere].bootstrap, "lock", share_auto_offset_reset="earliest",
+                          share_record_lock_duration_ms="1000")
+        set_group_configs(cluster.brokers[elsewhere].bootstrap, "rc", share_auto_offset_reset="earliest",
+                          share_isolation_level="read_committed")
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "share-cluster-tx", "log_level": 3})
+        p.init_transactions(30)
+        for commit, tag in ((True, b"c1"), (False, b"ab"), (True, b"c2")):
+            p.begin_transaction()
+            for i in range(10):
+                p.produce("sc", value=tag + b"-%d" % i, partition=0)
+            p.flush(30)
+            (p.commit_transaction if commit else p.abort_transaction)(30)
+
+        proc, held = holding_consumer(cluster.bootstrap, "lock", "sc")
+        os.kill(proc.pid, signal.SIGSTOP)  # its connection stays open: only the acquisition lock frees the records
+        try:
+            c = share_consumer(cluster.bootstrap, "lock", "sc", log_level=3)
+            try:
+                started = time.monotonic()
+                msgs = poll_until(c, lambda ms: set(held) <= {m.offset() for m in ms}, timeout_s=40)
+                assert time.monotonic() - started < 20, "the group's 1 s lock, not the broker's 60 s"
+                assert {m.delivery_count() for m in msgs if m.offset() in held} == {2}
+            finally:
+                c.close()
+        finally:
+            stop_holder(proc)
+
+        c = share_consumer(cluster.bootstrap, "rc", "sc", log_level=3)
+        try:
+            msgs = poll_until(c, lambda ms: len(ms) >= 20)
+            time.sleep(1)
+            msgs += list(c.poll(1.0))
+            assert sorted(m.value() for m in msgs) == sorted([b"c1-%d" % i for i in range(10)]
+                                                             + [b"c2-%d" % i for i in range(10)])
+        finally:
+            c.close()
