@@ -3,9 +3,12 @@ aborted transactional batches it must archive, and the errors it tells clients."
 
 from __future__ import annotations
 
-from strata.broker.share.log_reader import ShareRead, aborted_ranges, whole_batches
+from pathlib import Path
+
+from strata.broker.share.log_reader import ShareRead, aborted_ranges, local_batches, whole_batches
 from strata.broker.share.partition_manager import persister_error
 from strata.errors import ErrorCode
+from strata.log.file_records import FileRecords, FileSlice
 from strata.protocol.records.builder import build_batch, build_control_batch
 from strata.protocol.records.record import ControlRecordType
 
@@ -47,6 +50,29 @@ def test_slice_covers_the_batches_overlapping_a_range() -> None:
     _, inner = whole_batches(read.slice(4, 5), 100)
     assert [h.base_offset for _, h in inner] == [3, 5]
     assert read.slice(50, 60) == b""
+
+
+def test_a_local_read_is_headers_only_and_slices_stay_in_the_segment_file(tmp_path: Path) -> None:
+    """The local path never reads the records: batches from their headers (bounded by offset and about
+    MaxRecords), and the acquired range as a slice of the same file (sent with sendfile)."""
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"pad" + _log())
+    file = FileRecords(path)
+    try:
+        sl = FileSlice(file, 3, path.stat().st_size - 3)
+        assert [h.base_offset for _, h in local_batches(sl, 100, None)] == [0, 3, 5, 6, 7, 9]
+        assert [h.base_offset for _, h in local_batches(sl, 5, None)] == [0, 3]  # the HWM/LSO bound
+        assert [h.base_offset for _, h in local_batches(sl, 100, 4)] == [0, 3]  # about MaxRecords, whole batches
+        assert [h.base_offset for _, h in local_batches(sl, 100, 1)] == [0]  # at least one batch
+        batches = local_batches(sl, 100, None)
+        read = ShareRead(sl, tuple(batches))
+        part = read.slice(4, 5)
+        assert isinstance(part, FileSlice) and part.file is file
+        _, inner = whole_batches(part.read(), 100)
+        assert [h.base_offset for _, h in inner] == [3, 5]
+        assert read.slice(50, 60) == b""
+    finally:
+        file.close()
 
 
 def test_coordinator_errors_reach_clients_as_kafka_maps_them() -> None:

@@ -22,6 +22,8 @@ import time
 from typing import Any
 from uuid import UUID
 
+from strata.broker.handlers.fetch import INLINE_BYTES
+from strata.broker.share.log_reader import Records, records_size
 from strata.broker.share.partition_manager import ShareFetchError
 from strata.broker.share.requests import (
     PartitionResult,
@@ -35,9 +37,11 @@ from strata.broker.share.requests import (
     session_for,
 )
 from strata.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
-from strata.broker.wire.dispatch import RequestContext, handles
+from strata.broker.wire.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
 from strata.errors import ErrorCode
+from strata.log.file_records import FileSlice
+from strata.protocol.frame import Splice
 from strata.security.acl import AclOperation
 
 SHARE_FETCH = 78
@@ -50,7 +54,20 @@ def _answer(ctx: RequestContext, code: int, message: str | None = None, lock_ms:
                        responses=responses or [], node_endpoints=endpoints or [])
 
 
-def _partition_entry(ctx: RequestContext, name: str | None, partition: int, r: PartitionResult) -> dict[str, Any]:
+def _records_field(records: Records, splices: list[Splice]) -> bytes:
+    """The acquired batches as a ``records`` field: a segment slice goes out with ``sendfile`` (a splice
+    marker in the encoded response) unless it is small enough to read, as Fetch sends them."""
+    if not isinstance(records, FileSlice):
+        return records
+    if records.size < INLINE_BYTES:
+        return records.read()
+    splice = Splice(records, records.size)
+    splices.append(splice)
+    return splice.marker
+
+
+def _partition_entry(ctx: RequestContext, name: str | None, partition: int, r: PartitionResult,
+                     splices: list[Splice]) -> dict[str, Any]:
     leader = {"leader_id": -1, "leader_epoch": -1}
     if r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and name is not None:
         view = ctx.broker.view.partition(name, partition)
@@ -58,13 +75,13 @@ def _partition_entry(ctx: RequestContext, name: str | None, partition: int, r: P
     return {"partition_index": partition, "error_code": r.error_code, "error_message": r.error_message,
             "acknowledge_error_code": r.acknowledge_error_code or 0,
             "acknowledge_error_message": r.acknowledge_error_message, "current_leader": leader,
-            "records": r.records,  # not nullable in ShareFetch
+            "records": _records_field(r.records, splices),  # not nullable in ShareFetch
             "acquired_records": [{"first_offset": a.first_offset, "last_offset": a.last_offset,
                                   "delivery_count": a.delivery_count} for a in r.acquired]}
 
 
-def _responses(ctx: RequestContext, results: Results, full: list[tuple[UUID, int]] | None
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _responses(ctx: RequestContext, results: Results, full: list[tuple[UUID, int]] | None,
+               splices: list[Splice] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     keys = list(results) if full is None else list(dict.fromkeys([*full, *results]))
     by_topic: dict[UUID, list[dict[str, Any]]] = {}
     leaders: set[int] = set()
@@ -73,7 +90,8 @@ def _responses(ctx: RequestContext, results: Results, full: list[tuple[UUID, int
         if full is None and not r.reportable():
             continue
         info = ctx.broker.topics.by_id(key[0])
-        entry = _partition_entry(ctx, info.name if info is not None else None, key[1], r)
+        entry = _partition_entry(ctx, info.name if info is not None else None, key[1], r,
+                                 splices if splices is not None else [])
         if entry["current_leader"]["leader_id"] >= 0:
             leaders.add(entry["current_leader"]["leader_id"])
         by_topic.setdefault(key[0], []).append(entry)
@@ -154,8 +172,10 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
                 or not order:
             break
         await shares.wait([TopicPartition(name, p) for (_, p), name in order], remaining)
-    responses, endpoints = _responses(ctx, results, full)
-    return _answer(ctx, ErrorCode.NONE, None, lock_ms, responses, endpoints)
+    splices: list[Splice] = []
+    responses, endpoints = _responses(ctx, results, full, splices)
+    body = _answer(ctx, ErrorCode.NONE, None, lock_ms, responses, endpoints)
+    return Spliced(body, splices) if splices else body
 
 
 async def _acquire_all(shares: Any, group_id: str, member_id: str, order: list[tuple[tuple[UUID, int], str]],
@@ -181,6 +201,6 @@ async def _acquire_all(shares: Any, group_id: str, member_id: str, order: list[t
         r = results.setdefault(key, PartitionResult())
         r.records, r.acquired = fetched.records, fetched.acquired
         got = True
-        max_bytes -= len(fetched.records)
+        max_bytes -= records_size(fetched.records)
         max_records -= sum(a.last_offset - a.first_offset + 1 for a in fetched.acquired)
     return got

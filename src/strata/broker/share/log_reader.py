@@ -2,7 +2,9 @@
 up to the high watermark (``read_uncommitted``) or the last stable offset (``read_committed``), from the local
 segments or, below the local log start, from the remote tier -- a share group reads both tiers as a consumer
 does. The batches stay opaque bytes; only their 61-byte headers are decoded, for the offsets the
-share-partition hands out and, under read_committed, the aborted transactions it must archive.
+share-partition hands out and, under read_committed, the aborted transactions it must archive. A local read
+is not even read: its headers are read in place (``pread``) and the acquired batches go out as a slice of
+the segment file, with ``sendfile`` as Fetch sends them; the remote tier's bytes are already in memory.
 """
 
 from __future__ import annotations
@@ -11,32 +13,39 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strata.log.file_records import FileSlice
 from strata.log.partition_log import FetchIsolation
 from strata.protocol.records.batch import BatchHeader, TruncatedBatchError, iter_batches
 from strata.tiered.api import TopicIdPartition
 
 if TYPE_CHECKING:
-    from strata.log.file_records import FileSlice
     from strata.log.partition_log import PartitionLog
     from strata.tiered.manager import RemoteLogManager
 
 REMOTE_READ_TIMEOUT_S = 30.0
 
 
+Records = bytes | FileSlice  # whole batches: in memory (remote tier) or in place in a segment file
+
+
+def records_size(records: Records) -> int:
+    return records.size if isinstance(records, FileSlice) else len(records)
+
+
 @dataclass(frozen=True, slots=True)
 class ShareRead:
-    """Whole batches read for a share fetch: ``records`` and, per batch, its (position, header)."""
+    """Whole batches read for a share fetch: ``records`` and, per batch, its (position in them, header)."""
 
-    records: bytes
+    records: Records
     batches: tuple[tuple[int, BatchHeader], ...]
     aborted: tuple[tuple[int, int], ...] = ()  # (first, last) offsets of aborted transactional batches
 
     def offsets(self) -> list[tuple[int, int]]:
         return [(h.base_offset, h.base_offset + h.last_offset_delta) for _, h in self.batches]
 
-    def slice(self, first: int, last: int) -> bytes:
-        """The bytes of the batches overlapping [first, last] (a contiguous run: the client drops the offsets
-        it was not given)."""
+    def slice(self, first: int, last: int) -> Records:
+        """The batches overlapping [first, last] (a contiguous run: the client drops the offsets it was not
+        given), as bytes or as a slice of the same segment file."""
         lo = hi = None
         for position, h in self.batches:
             if h.base_offset + h.last_offset_delta < first or h.base_offset > last:
@@ -44,7 +53,12 @@ class ShareRead:
             if lo is None:
                 lo = position
             hi = position + h.size
-        return b"" if lo is None else self.records[lo:hi]
+        if lo is None or hi is None:
+            return b""
+        records = self.records
+        if isinstance(records, FileSlice):
+            return FileSlice(records.file, records.position + lo, hi - lo)
+        return records[lo:hi]
 
 
 def whole_batches(buf: bytes, below: int) -> tuple[bytes, list[tuple[int, BatchHeader]]]:
@@ -87,19 +101,21 @@ def aborted_ranges(batches: list[tuple[int, BatchHeader]],
     return tuple(out)
 
 
-def _enough(sl: FileSlice, max_records: int) -> int:
-    """How many bytes of a local slice hold about ``max_records`` records (whole batches, at least one): the
-    slice is only positions in the segment, so walking the batch headers avoids reading the megabytes a
-    fetch's byte budget allows that the share-partition would not hand out (it acquires whole batches up to
-    MaxRecords)."""
+def local_batches(sl: FileSlice, below: int, max_records: int | None) -> list[tuple[int, BatchHeader]]:
+    """The whole batches of a local slice that start below offset ``below``, about ``max_records`` records
+    (at least one batch), from their headers alone: the slice is only positions in the segment, so the
+    megabytes a fetch's byte budget allows are never read (the share-partition acquires whole batches up to
+    MaxRecords). Positions are relative to the slice."""
+    out: list[tuple[int, BatchHeader]] = []
     position, end, records = sl.position, sl.position + sl.size, 0
-    while position < end and records < max_records:
+    while position < end and (max_records is None or records < max_records):
         header = sl.file.read_header(position)
-        if position + header.size > end:
+        if position + header.size > end or header.base_offset >= below:
             break
+        out.append((position - sl.position, header))
         records += header.last_offset_delta + 1
         position += header.size
-    return max(position - sl.position, 0) if position > sl.position else sl.size
+    return out
 
 
 async def read_for_share(plog: PartitionLog, rlm: RemoteLogManager | None, tip: TopicIdPartition, offset: int,
@@ -116,20 +132,21 @@ async def read_for_share(plog: PartitionLog, rlm: RemoteLogManager | None, tip: 
         txns = None if result.aborted_txns is None else list(result.aborted_txns)
         if txns is not None and not result.aborted_txns_complete:
             txns += plog.collect_aborted_transactions(result.first_batch_offset, result.upper_bound_offset)
+        records, batches = whole_batches(raw, bound)
     else:
         isolation = FetchIsolation.TXN_COMMITTED if read_committed else FetchIsolation.HIGH_WATERMARK
         data = plog.read(offset, max_bytes, isolation, min_one_message=True)
         sl = data.records
         if sl is None or not sl.size:
-            raw = b""
-        elif max_records is None:
-            raw = sl.read()
-        else:
-            raw = sl.file.read(sl.position, _enough(sl, max_records))
+            return ShareRead(b"", ())
+        batches = local_batches(sl, bound, max_records)
+        if not batches:
+            return ShareRead(b"", ())
+        last_position, last = batches[-1]
+        records = FileSlice(sl.file, sl.position, last_position + last.size)
         txns = None
-        if read_committed and raw:
+        if read_committed:
             served = data.fetch_offset_metadata.segment_base_offset
             txns = plog.collect_aborted_transactions(offset, plog.aborted_transactions_upper_bound(served))
-    records, batches = whole_batches(bytes(raw), bound)
     aborted = aborted_ranges(batches, [(a.producer_id, a.first_offset) for a in txns or ()])
     return ShareRead(records, tuple(batches), aborted)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from strata.broker.share.log_reader import ShareRead, read_for_share
+from strata.broker.share.log_reader import Records, ShareRead, read_for_share
 from strata.broker.share.sessions import ShareSessionCache
 from strata.common import TopicPartition
 from strata.config.group_config import parse_share_auto_offset_reset
@@ -79,7 +79,7 @@ class _Entry:
 
 @dataclass(frozen=True, slots=True)
 class FetchedPartition:
-    records: bytes
+    records: Records  # the acquired batches: bytes, or a slice of a segment file (sent with sendfile)
     acquired: list[AcquiredRecords]
 
 

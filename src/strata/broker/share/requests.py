@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from strata.broker.share.admin import share_refusal
+from strata.broker.share.log_reader import Records
 from strata.broker.share.partition_manager import ShareFetchError
 from strata.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, next_epoch
 from strata.errors import ErrorCode
@@ -41,7 +42,7 @@ class PartitionResult:
     error_message: str | None = None
     acknowledge_error_code: int | None = None  # None: no acknowledgement for it in this request
     acknowledge_error_message: str | None = None
-    records: bytes = b""
+    records: Records = b""
     acquired: list[Any] = field(default_factory=list)
 
     def reportable(self) -> bool:
