@@ -19,8 +19,10 @@ from tests.broker.harness import BrokerProcess
 from tests.cluster.test_cluster_metrics import scrape
 from tests.support.share import (
     SHARE_BROKER_PROPS,
+    assert_reads_the_committed_only,
     holding_consumer,
     poll_until,
+    produce_around_an_abort,
     set_group_configs,
     share_consumer,
     stop_holder,
@@ -172,23 +174,8 @@ def test_read_committed_share_groups_skip_aborted_transactions(broker: BrokerPro
     create(broker.bootstrap, "tx")
     set_group_configs(broker.bootstrap, "rc", share_auto_offset_reset="earliest",
                       share_isolation_level="read_committed")
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "share-tx"})
-    p.init_transactions(30)
-    for commit, tag in ((True, b"c1"), (False, b"ab"), (True, b"c2")):
-        p.begin_transaction()
-        for i in range(10):
-            p.produce("tx", value=tag + b"-%d" % i, partition=0)
-        p.flush(30)
-        (p.commit_transaction if commit else p.abort_transaction)(30)
-    c = share_consumer(broker.bootstrap, "rc", "tx")
-    try:
-        msgs = poll_until(c, lambda ms: len(ms) >= 20)
-        time.sleep(1)
-        msgs += list(c.poll(1.0))
-        values = sorted(m.value() for m in msgs)
-        assert values == sorted([b"c1-%d" % i for i in range(10)] + [b"c2-%d" % i for i in range(10)])
-    finally:
-        c.close()
+    produce_around_an_abort(broker.bootstrap, "tx", "share-tx")
+    assert_reads_the_committed_only(broker.bootstrap, "rc", "tx")
 
 
 def test_acknowledged_records_stay_acknowledged_across_a_broker_restart(broker: BrokerProcess) -> None:

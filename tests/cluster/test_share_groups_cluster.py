@@ -17,8 +17,10 @@ from confluent_kafka.admin import NewTopic
 from tests.cluster.harness import running_cluster, wait_until
 from tests.support.share import (
     SHARE_BROKER_PROPS,
+    assert_reads_the_committed_only,
     holding_consumer,
     poll_until,
+    produce_around_an_abort,
     set_group_configs,
     share_consumer,
     stop_holder,
@@ -100,14 +102,7 @@ def test_group_configs_set_through_one_broker_are_honoured_by_the_share_partitio
                           share_record_lock_duration_ms="1000")
         set_group_configs(cluster.brokers[elsewhere].bootstrap, "rc", share_auto_offset_reset="earliest",
                           share_isolation_level="read_committed")
-        p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "share-cluster-tx", "log_level": 3})
-        p.init_transactions(30)
-        for commit, tag in ((True, b"c1"), (False, b"ab"), (True, b"c2")):
-            p.begin_transaction()
-            for i in range(10):
-                p.produce("sc", value=tag + b"-%d" % i, partition=0)
-            p.flush(30)
-            (p.commit_transaction if commit else p.abort_transaction)(30)
+        produce_around_an_abort(cluster.bootstrap, "sc", "share-cluster-tx")
 
         proc, held = holding_consumer(cluster.bootstrap, "lock", "sc")
         os.kill(proc.pid, signal.SIGSTOP)  # its connection stays open: only the acquisition lock frees the records
@@ -123,12 +118,4 @@ def test_group_configs_set_through_one_broker_are_honoured_by_the_share_partitio
         finally:
             stop_holder(proc)
 
-        c = share_consumer(cluster.bootstrap, "rc", "sc", log_level=3)
-        try:
-            msgs = poll_until(c, lambda ms: len(ms) >= 20)
-            time.sleep(1)
-            msgs += list(c.poll(1.0))
-            assert sorted(m.value() for m in msgs) == sorted([b"c1-%d" % i for i in range(10)]
-                                                             + [b"c2-%d" % i for i in range(10)])
-        finally:
-            c.close()
+        assert_reads_the_committed_only(cluster.bootstrap, "rc", "sc")

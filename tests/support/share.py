@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import ShareConsumer
+from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 # a broker that lets tests use short acquisition locks (as librdkafka's and confluent-kafka's suites do)
@@ -30,6 +30,32 @@ def set_group_configs(bootstrap: str, group: str, **configs: str) -> None:
     res = ConfigResource("GROUP", group, incremental_configs=[
         ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
     admin.incremental_alter_configs([res], request_timeout=30)[res].result(30)
+
+
+def produce_around_an_abort(bootstrap: str, topic: str, transactional_id: str) -> None:
+    """Three transactions of 10 records on partition 0: committed (``c1-*``), aborted (``ab-*``), committed
+    (``c2-*``)."""
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "log_level": 3})
+    p.init_transactions(30)
+    for commit, tag in ((True, b"c1"), (False, b"ab"), (True, b"c2")):
+        p.begin_transaction()
+        for i in range(10):
+            p.produce(topic, value=tag + b"-%d" % i, partition=0)
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+
+
+def assert_reads_the_committed_only(bootstrap: str, group: str, topic: str) -> None:
+    """A read_committed share group gets the 20 committed records of :func:`produce_around_an_abort`, once."""
+    c = share_consumer(bootstrap, group, topic, log_level=3)
+    try:
+        msgs = poll_until(c, lambda ms: len(ms) >= 20)
+        time.sleep(1)  # anything more (the aborted ones, a redelivery) would show up now
+        msgs += list(c.poll(1.0))
+        assert sorted(m.value() for m in msgs) == sorted([b"c1-%d" % i for i in range(10)]
+                                                         + [b"c2-%d" % i for i in range(10)])
+    finally:
+        c.close()
 
 
 def share_consumer(bootstrap: str, group: str, topic: str, explicit: bool = False, **conf: Any) -> ShareConsumer:
@@ -57,7 +83,7 @@ def poll_until(consumer: ShareConsumer, done: Callable[[list[Any]], bool], timeo
 
 HOLDER = r"""
 import json, sys, time
-from confluent_kafka import ShareConsumer
+from confluent_kafka import Producer, ShareConsumer
 bootstrap, group, topic, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
 c.subscribe([topic])
