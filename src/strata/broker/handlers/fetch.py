@@ -211,7 +211,8 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
     max_bytes = max(0, min(p.partition_max_bytes, budget))
     diskless = ctx.broker.diskless
     # A switched partition: only its classic part is copied from the leader, the rest is replayed from the WAL
-    classic_end = diskless.classic_end(tp) if diskless is not None and diskless.is_diskless(tp.topic) else None
+    # (one dict lookup: only this broker's consolidating diskless partitions have an entry)
+    classic_end = diskless.classic_end(tp) if diskless is not None else None
     records = None if classic_end is not None and p.fetch_offset >= classic_end else plog.read(
         p.fetch_offset, max_bytes, FetchIsolation.LOG_END, min_one_message=state.bytes == 0,
         upper_bound=classic_end).records
