@@ -221,11 +221,85 @@ def test_member_epoch_checks() -> None:
     r = h.hb("A", 1, owned=P(0))  # the response with epoch 2 was lost
     assert r["member_epoch"] == 2
     assert h.error("A", 1, owned=P(0, 1)) == ErrorCode.FENCED_MEMBER_EPOCH
-    assert h.error("A", 1) == ErrorCode.FENCED_MEMBER_EPOCH  # owned unknown: not a subset
+    # owned unknown, but A holds only what it held at epoch 1 (p0, assigned at 1): accepted
+    assert h.hb("A", 1)["member_epoch"] == 2
     h.join("C")  # epoch 3; A and C reconcile
     h.hb("A", 2, owned=P(0))
     assert (h.member("A").member_epoch, h.member("A").previous_member_epoch) == (3, 2)
     assert h.error("A", 1, owned=P(0)) == ErrorCode.FENCED_MEMBER_EPOCH  # smaller, not the previous one
+
+
+def test_a_heartbeat_at_the_previous_epoch_without_owned_partitions_is_fenced_once_the_member_received_more() -> None:
+    h = Harness()
+    stable_pair(h)  # A: p0 (assigned at 1), B: p1 (at 2)
+    h.hb("B", -1)  # B leaves: epoch 3, A's target {p0, p1}, p1 free
+    r = h.hb("A", 2, owned=P(0))
+    assert (r["member_epoch"], assignment_of(r)) == (3, P(0, 1))
+    assert h.member("A").assignment_epochs == {(T, 0): 1, (T, 1): 3}
+    # at epoch 2 A did not hold p1: without owned partitions the coordinator cannot tell what it holds
+    assert h.error("A", 2) == ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.hb("A", 2, owned=P(0))["member_epoch"] == 3  # with them, as Kafka: a subset of the assignment
+
+
+def quad(h: Harness) -> None:
+    """A owns p0, p1 and B owns p2, p3 of t (4 partitions), both STABLE; B was heard from last."""
+    h.join("A")
+    h.join("B")
+    h.hb("A", 1, owned=P(0, 1, 2, 3))
+    h.hb("A", 1, owned=P(0, 1))
+    h.clock.advance(100)
+    h.hb("B", 2, owned=P())
+    assert (h.member("A").assigned, h.member("B").assigned) == (P(0, 1), P(2, 3))
+    assert h.group().state().value == "Stable"
+
+
+def test_a_member_whose_assignment_does_not_change_moves_to_the_new_epoch_without_a_heartbeat() -> None:
+    h = Harness(topics={"t": (T, 4)})
+    quad(h)
+    n = len(h.written)
+    r = h.join("C")  # epoch 3: 4 partitions over 3 members, one must move
+    g = h.group()
+    a, b = h.member("A"), h.member("B")
+    # the partition moves from A, heard from longest ago (it heartbeats soonest); B keeps both
+    assert len(normalized(g.target_of("A"))[T]) == 1
+    assert normalized(g.target_of("B")) == P(2, 3)
+    assert (b.member_epoch, b.previous_member_epoch, b.state) == (3, 2, MemberState.STABLE)
+    assert b.assignment_epochs == {(T, 2): 2, (T, 3): 2}  # kept at the epoch they were received
+    assert (a.member_epoch, a.state) == (2, MemberState.STABLE)  # told to revoke at its own heartbeat
+    assert r["member_epoch"] == 3 and h.member("C").state is MemberState.UNRELEASED_PARTITIONS
+    # C waits for a partition A still holds: it is asked to heartbeat at a tenth of the interval
+    assert r["heartbeat_interval"] == 500
+    assert 8 in [t for t, _ in record_types(h.batches_since(n)[0])]
+    # B's commit racing the bump it did not see is accepted (its partitions since epoch 2)
+    assert commit(h, "B", 2, partition=2) == ErrorCode.NONE
+
+    r = h.hb("A", 2)
+    kept = normalized(g.target_of("A"))
+    assert h.member("A").state is MemberState.UNREVOKED_PARTITIONS and assignment_of(r) == kept
+    h.hb("A", 2, owned=kept)  # revoked
+    r = h.hb("C", 3, owned=P())
+    assert h.member("C").state is MemberState.STABLE and len(assignment_of(r)[T]) == 1
+    assert r["heartbeat_interval"] == 5000
+    assert g.state().value == "Stable"  # B has not heartbeated since C joined
+    check_exclusive(g)
+    # B heartbeats at the epoch it knows, without owned partitions, and learns the new one
+    r = h.hb("B", 2)
+    assert (r["member_epoch"], assignment_of(r)) == (3, P(2, 3))
+    # a replayed coordinator has the same members, assignment epochs included
+    fresh = h.replayed().consumer.groups[GROUP]
+    assert fresh.members == g.members
+
+
+def test_a_member_not_yet_told_its_epoch_is_not_moved_again() -> None:
+    h = Harness(topics={"t": (T, 4), "u": (U, 1)})
+    quad(h)
+    h.join("C", topics=("u",))  # epoch 3: A and B keep their partitions and move to 3 at once
+    assert (h.member("A").member_epoch, h.member("B").member_epoch) == (3, 3)
+    assert h.group().state().value == "Stable"
+    h.join("D", topics=("u",))  # epoch 4: A and B still know only 2; a second silent move would fence them
+    assert (h.member("A").member_epoch, h.member("B").member_epoch) == (3, 3)
+    r = h.hb("B", 2)
+    assert r["member_epoch"] == 4 and h.member("B").previous_member_epoch == 3
 
 
 def test_unknown_member_unknown_group_and_full_group() -> None:
@@ -474,15 +548,15 @@ def test_failed_write_leaves_the_state_unchanged() -> None:
 
 # -- 7. offsets and member epochs ---------------------------------------------------------------------
 
-def commit(h: Harness, member: str, epoch: int, version: int = 9) -> int:
-    req = CommitRequest(GROUP, member, None, epoch, -1, version, [("t", 0, 5, -1, None)])
+def commit(h: Harness, member: str, epoch: int, version: int = 9, partition: int = 0) -> int:
+    req = CommitRequest(GROUP, member, None, epoch, -1, version, [("t", partition, 5, -1, None)])
     [code] = h.m.commit_offsets(req).values()
     return code
 
 
-def txn_commit(h: Harness, member: str, epoch: int) -> int:
+def txn_commit(h: Harness, member: str, epoch: int, partition: int = 0) -> int:
     results, _ = h.m.commit_txn_offsets(TxnCommitRequest(GROUP, "tx", 7, 0, member, None, epoch,
-                                                         [("t", 0, 6, -1, None)]))
+                                                         [("t", partition, 6, -1, None)]))
     [code] = results.values()
     return code
 
@@ -492,11 +566,19 @@ def test_offset_commit_is_checked_against_the_member_epoch() -> None:
     stable_pair(h)
     assert commit(h, "A", 2) == ErrorCode.NONE
     assert h.m.offsets[GROUP][("t", 0)].offset == 5
-    assert commit(h, "A", 1) == ErrorCode.STALE_MEMBER_EPOCH
+    # KIP-1251: an older epoch commits a partition the member has held since that epoch (A: p0 since 1) ...
+    assert commit(h, "A", 1) == ErrorCode.NONE
+    assert commit(h, "A", 3) == ErrorCode.STALE_MEMBER_EPOCH  # newer than the member's
+    # ... but not one it no longer holds (p1 went to B at 2) nor one received after that epoch
+    assert commit(h, "A", 1, partition=1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert commit(h, "B", 1, partition=1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert commit(h, "B", 2, partition=1) == ErrorCode.NONE
     assert commit(h, "X", 2) == ErrorCode.UNKNOWN_MEMBER_ID
     assert commit(h, "A", 2, version=8) == ErrorCode.UNSUPPORTED_VERSION
     assert commit(h, "", -1) == ErrorCode.UNKNOWN_MEMBER_ID  # an admin commit to a group with members
-    assert txn_commit(h, "A", 1) == ErrorCode.ILLEGAL_GENERATION
+    assert commit(h, "A", -1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert txn_commit(h, "A", 1, partition=1) == ErrorCode.ILLEGAL_GENERATION
+    assert txn_commit(h, "A", 1) == ErrorCode.NONE
     assert txn_commit(h, "A", 2) == ErrorCode.NONE
     assert txn_commit(h, "", -1) == ErrorCode.NONE  # TxnOffsetCommit < v3: no member fields
     h.hb("A", -1)

@@ -361,13 +361,28 @@ def test_unknown_tagged_fields_are_skipped_at_the_top_level() -> None:
     assert decode_value(12, data) == ShareGroupTargetAssignmentMetadataValue(7)
 
 
-def test_unknown_tagged_fields_are_skipped_in_nested_structs() -> None:
-    # 4.3's AssignmentEpochs (tag 0, []int32) inside a TopicPartitions of type 8
+def test_assignment_epochs_of_kafka_4_3_are_read_and_written_byte_for_byte() -> None:
+    # 4.3's AssignmentEpochs (KIP-1251; tag 0, []int32) inside a TopicPartitions of type 8
     data = h("0000", "0000000a", "00000009", "00",
              "02", U1_HEX, "02 00000001", "01 00 05 02 00000003",
              "01",
              "00")
-    assert decode_value(8, data) == ConsumerGroupCurrentMemberAssignmentValue(10, 9, 0, (TopicPartitions(U1, (1,)),))
+    value = ConsumerGroupCurrentMemberAssignmentValue(10, 9, 0, (TopicPartitions(U1, (1,), (3,)),))
+    assert decode_value(8, data) == value
+    assert encode_value(value) == data
+    # the same tag in type 7's TopicPartitions means nothing there: skipped
+    data7 = h("0000", "02", U1_HEX, "02 00000001", "01 00 05 02 00000003", "00")
+    assert decode_value(7, data7) == ConsumerGroupTargetAssignmentMemberValue((TopicPartitions(U1, (1,)),))
+    # epochs not as long as the partitions: corrupt, and never written
+    bad = h("0000", "0000000a", "00000009", "00",
+            "02", U1_HEX, "02 00000001", "01 00 09 03 00000003 00000004", "01", "00")
+    with pytest.raises(CorruptRecordError):
+        decode_value(8, bad)
+    with pytest.raises(ValueError):
+        encode_value(ConsumerGroupCurrentMemberAssignmentValue(10, 9, 0, (TopicPartitions(U1, (1,), (3, 4)),)))
+
+
+def test_unknown_tagged_fields_are_skipped_in_nested_structs() -> None:
     # inside ClassicMemberMetadata and its ClassicProtocol
     data = h("0000", "00", "00", "02 63", "02 68", "01", "00", "ffffffff", "00",
              "01", "00", "10",  # tag 0, 16 bytes

@@ -87,6 +87,9 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # KIP-1251 (Kafka 4.3): the member epoch at which each assigned or pending partition was given to the
+    # member; a partition missing here was given at ``member_epoch`` (a record of a Kafka before 4.3)
+    assignment_epochs: Mapping[tuple[UUID, int], int] = field(default_factory=dict)
 
     @property
     def uses_classic_protocol(self) -> bool:
@@ -105,9 +108,31 @@ class ConsumerGroupMember:
     def assignment_equals(self, other: ConsumerGroupMember) -> bool:
         """Whether the persisted current assignment (ConsumerGroupCurrentMemberAssignment) would be the same."""
         return (self.member_epoch, self.previous_member_epoch, self.state, normalized(self.assigned),
-                normalized(self.pending_revocation)) == (
+                normalized(self.pending_revocation), self.held_epochs()) == (
             other.member_epoch, other.previous_member_epoch, other.state, normalized(other.assigned),
-            normalized(other.pending_revocation))
+            normalized(other.pending_revocation), other.held_epochs())
+
+    def held_epochs(self) -> dict[tuple[UUID, int], int]:
+        """Every held partition's assignment epoch, explicit (what the record stores)."""
+        return {(t, p): self.assignment_epochs.get((t, p), self.member_epoch)
+                for assignment in (self.assigned, self.pending_revocation) for t, ps in assignment.items()
+                for p in ps}
+
+    def assignment_epoch(self, topic_id: UUID, partition: int) -> int | None:
+        """The epoch at which the member received a partition it holds (assigned or pending revocation),
+        None when it holds no such partition (Kafka 4.3's ``assignmentEpoch``/``pendingRevocationEpoch``)."""
+        if partition in self.assigned.get(topic_id, frozenset()) \
+                or partition in self.pending_revocation.get(topic_id, frozenset()):
+            return self.assignment_epochs.get((topic_id, partition), self.member_epoch)
+        return None
+
+    def knows_its_assignment_at(self, epoch: int) -> bool:
+        """Whether a member that last heard of ``epoch`` holds exactly what this state says: STABLE, nothing
+        pending, no partition received after ``epoch``. A heartbeat at that epoch is then safe to accept even
+        without its owned partitions (the coordinator moved the member on without changing its assignment)."""
+        return self.state is MemberState.STABLE and not any(self.pending_revocation.values()) and all(
+            self.assignment_epochs.get((t, p), self.member_epoch) <= epoch
+            for t, ps in self.assigned.items() for p in ps)
 
     def with_epoch(self, epoch: int) -> ConsumerGroupMember:
         """Kafka's ``updateMemberEpoch``: the old epoch becomes the previous one."""
@@ -318,6 +343,7 @@ def _shrink_to_subscription(member: ConsumerGroupMember, subscribed: set[UUID],
             removed = True
     if not removed:
         return member
+    member = replace(member, assignment_epochs=member.held_epochs())
     pending_frozen = {t: frozenset(ps) for t, ps in pending.items() if ps}
     if pending_frozen and owns_any(owned, pending_frozen):
         return replace(member, state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned,
@@ -350,10 +376,15 @@ def _next_assignment(member: ConsumerGroupMember, member_epoch: int, target_epoc
             revoke[topic_id] = gone
         if free:
             add[topic_id] = frozenset(free)
+    held = member.held_epochs()
     if revoke and owns_any(owned, revoke):
+        epochs = {tp: e for tp, e in held.items() if tp[1] in assigned.get(tp[0], ()) or tp[1] in revoke.get(tp[0], ())}
         return replace(member.with_epoch(member_epoch), state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned,
-                       pending_revocation=revoke)
+                       pending_revocation=revoke, assignment_epochs=epochs)
+    epochs = {tp: e for tp, e in held.items() if tp[1] in assigned.get(tp[0], ())}
     for topic_id, partitions in add.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | partitions
+        epochs.update({(topic_id, p): target_epoch for p in partitions})
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return replace(member.with_epoch(target_epoch), state=state, assigned=assigned, pending_revocation={})
+    return replace(member.with_epoch(target_epoch), state=state, assigned=assigned, pending_revocation={},
+                   assignment_epochs=epochs)

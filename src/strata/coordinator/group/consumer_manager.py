@@ -105,6 +105,23 @@ def to_topic_partitions(assignment: Assignment) -> tuple[mr.TopicPartitions, ...
     return tuple(mr.TopicPartitions(t, tuple(sorted(ps))) for t, ps in sorted(assignment.items()) if ps)
 
 
+def to_topic_partitions_with_epochs(assignment: Assignment,
+                                    epochs: Mapping[tuple[UUID, int], int]) -> tuple[mr.TopicPartitions, ...]:
+    """Type 8's TopicPartitions with Kafka 4.3's AssignmentEpochs (KIP-1251)."""
+    out = []
+    for t, ps in sorted(assignment.items()):
+        if ps:
+            ordered = tuple(sorted(ps))
+            out.append(mr.TopicPartitions(t, ordered, tuple(epochs[(t, p)] for p in ordered)))
+    return tuple(out)
+
+
+def epochs_from_topic_partitions(*lists: Iterable[mr.TopicPartitions]) -> dict[tuple[UUID, int], int]:
+    """The assignment epochs a type-8 record carries (none for a record of a Kafka before 4.3)."""
+    return {(tp.topic_id, p): e for tps in lists for tp in tps if tp.assignment_epochs is not None
+            for p, e in zip(tp.partitions, tp.assignment_epochs, strict=True)}
+
+
 def from_topic_partitions(tps: Iterable[mr.TopicPartitions]) -> dict[UUID, frozenset[int]]:
     out: dict[UUID, frozenset[int]] = {}
     for tp in tps:
@@ -120,6 +137,9 @@ def compile_regex(regex: str) -> re.Pattern[str]:
         return re.compile(regex)
     except re.error as e:
         raise GroupError(ErrorCode.INVALID_REGULAR_EXPRESSION, f"Invalid regular expression {regex!r}: {e}") from e
+
+
+UNRELEASED_HEARTBEAT_FLOOR_MS = 50
 
 
 class ConsumerGroupManager:
@@ -146,6 +166,10 @@ class ConsumerGroupManager:
         self.classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self.rebalances = 0  # group epoch bumps, for the metrics
+        # (group, member) -> the member epoch last sent to the member, and when (ms): in memory only (after a
+        # failover a member is moved on silently again once it has heartbeated; see _advance_unchanged)
+        self._told: dict[tuple[str, str], int] = {}
+        self._heard: dict[tuple[str, str], int] = {}
 
     # -- ids and lookups ------------------------------------------------------------------------
 
@@ -233,6 +257,7 @@ class ConsumerGroupManager:
             target_epoch = group_epoch
             changes.append((mr.ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
                             mr.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=target_epoch)))
+            changes.extend(self._advance_unchanged(group, members, targets, target_epoch, updated.member_id))
 
         subscribed_ids = self.topic_ids(self._member_names(updated, regexes))
         try:
@@ -259,16 +284,49 @@ class ConsumerGroupManager:
             for m in group.members.values():
                 if m.classic is not None and m.member_id != reconciled.member_id:
                     self._schedule_session_timeout(group.group_id, m.member_id)
+        key = (group.group_id, reconciled.member_id)
+        self._told[key] = reconciled.member_epoch
+        self._heard[key] = self._now()
         response: Response = {"member_id": reconciled.member_id, "member_epoch": reconciled.member_epoch,
-                              "heartbeat_interval": self.settings(group.group_id).heartbeat_interval_ms,
+                              "heartbeat_interval": self._heartbeat_interval(group.group_id, reconciled),
                               "assignment": None}
         full = req.rebalance_timeout_ms != -1 and (req.subscribed_topic_names is not None
                                                    or req.subscribed_topic_regex is not None) \
             and req.owned is not None
-        if joining or full or normalized(reconciled.assigned) != normalized(member.assigned) or new_member:
+        if joining or full or normalized(reconciled.assigned) != normalized(member.assigned) or new_member \
+                or req.member_epoch != reconciled.member_epoch:
             response["assignment"] = {"topic_partitions": [
                 {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(reconciled.assigned.items()) if ps]}
         return response
+
+    def _heartbeat_interval(self, group_id: str, member: ConsumerGroupMember) -> int:
+        """The group's heartbeat interval; a tenth of it (at least 50 ms) while the member waits for partitions
+        another member is still releasing: it receives them within a short poll of their release instead of a
+        whole interval later. Clients take the interval of every response (librdkafka, the Java client)."""
+        interval = self.settings(group_id).heartbeat_interval_ms
+        if member.state is MemberState.UNRELEASED_PARTITIONS:
+            return min(interval, max(interval // 10, UNRELEASED_HEARTBEAT_FLOOR_MS))
+        return interval
+
+    def _advance_unchanged(self, group: ConsumerGroup, members: Mapping[str, ConsumerGroupMember],
+                           targets: Mapping[str, Assignment], target_epoch: int, heartbeating: str) -> list[Change]:
+        """Members whose new target is exactly what they hold move to the target epoch now, without waiting
+        for their next heartbeat: the group is Stable as soon as the members that do change have reconciled.
+
+        Only a consumer-protocol member that is STABLE at the previous assignment epoch and was told its
+        current epoch (this coordinator answered it since; after a failover, once it heartbeats) moves. Its
+        next heartbeat still carries the epoch it knows, now the previous one, and is accepted because its
+        assignment has not changed since (``knows_its_assignment_at``); a commit at that epoch is accepted
+        because every partition's assignment epoch (KIP-1251) is at or below it."""
+        out: list[Change] = []
+        for mid, m in members.items():
+            if mid == heartbeating or m.uses_classic_protocol or not m.is_reconciled_to(group.assignment_epoch) \
+                    or self._told.get((group.group_id, mid)) != m.member_epoch \
+                    or normalized(targets.get(mid, {})) != normalized(m.assigned):
+                continue
+            advanced = replace(m.with_epoch(target_epoch), assignment_epochs=m.held_epochs())
+            out.append(self._current_assignment(group.group_id, advanced))
+        return out
 
     def _group_for_heartbeat(self, group_id: str, create: bool, changes: list[Change]) -> ConsumerGroup:
         group = self.groups.get(group_id)
@@ -370,8 +428,9 @@ class ConsumerGroupManager:
                              f"The consumer group member has a greater member epoch ({epoch}) than the one known "
                              f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
                              "partitions and rejoin.")
-        if epoch < member.member_epoch and (epoch != member.previous_member_epoch
-                                            or not is_subset(req.owned, member.assigned)):
+        if epoch < member.member_epoch and (epoch != member.previous_member_epoch or not (
+                is_subset(req.owned, member.assigned)
+                or (req.owned is None and member.knows_its_assignment_at(epoch)))):
             raise GroupError(ErrorCode.FENCED_MEMBER_EPOCH,
                              f"The consumer group member has a smaller member epoch ({epoch}) than the one known "
                              f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
@@ -738,7 +797,12 @@ class ConsumerGroupManager:
         """A new target assignment for the whole group; records only for members whose target changed."""
         topics: dict[UUID, int] = {}
         specs: dict[str, MemberSpec] = {}
-        for mid, m in members.items():
+        # Members heard from most recently first: the uniform assignor gives the extra partitions of an uneven
+        # split to the members it meets first, so a partition that must move is taken from one heard from
+        # longest ago, the member that will heartbeat (and release it) soonest.
+        heard = self._heard
+        ordered = sorted(members.items(), key=lambda item: -heard.get((group.group_id, item[0]), 0))
+        for mid, m in ordered:
             ids = set()
             for name in self._member_names(m, regexes):
                 found = self.topics.topic(name)
@@ -894,11 +958,12 @@ class ConsumerGroupManager:
 
     @staticmethod
     def _current_assignment(group_id: str, m: ConsumerGroupMember) -> Change:
+        epochs = m.held_epochs()
         return (mr.ConsumerGroupCurrentMemberAssignmentKey(group_id, m.member_id),
                 mr.ConsumerGroupCurrentMemberAssignmentValue(
                     member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=int(m.state),
-                    assigned_partitions=to_topic_partitions(m.assigned),
-                    partitions_pending_revocation=to_topic_partitions(m.pending_revocation)))
+                    assigned_partitions=to_topic_partitions_with_epochs(m.assigned, epochs),
+                    partitions_pending_revocation=to_topic_partitions_with_epochs(m.pending_revocation, epochs)))
 
     def _commit(self, group_id: str, changes: list[Change]) -> None:
         """Append the changes as one batch, then apply them; raises KafkaError and applies nothing on failure."""
@@ -932,6 +997,9 @@ class ConsumerGroupManager:
                 self.timer.cancel(self._session_key(group_id, mid))
                 self.timer.cancel(self._rebalance_key(group_id, mid))
         self.timer.cancel(self._regex_key(group_id))
+        for key in [k for k in self._told if k[0] == group_id]:
+            self._told.pop(key, None)
+            self._heard.pop(key, None)
 
     def group_tombstones(self, group: ConsumerGroup) -> list[Change]:
         """Kafka's ``createGroupTombstoneRecords`` order."""
@@ -1049,7 +1117,9 @@ def apply_to(group: ConsumerGroup, key: Any, value: Any) -> None:
                                  previous_member_epoch=value.previous_member_epoch,
                                  state=MemberState.of(value.state),
                                  assigned=from_topic_partitions(value.assigned_partitions),
-                                 pending_revocation=from_topic_partitions(value.partitions_pending_revocation)))
+                                 pending_revocation=from_topic_partitions(value.partitions_pending_revocation),
+                                 assignment_epochs=epochs_from_topic_partitions(
+                                     value.assigned_partitions, value.partitions_pending_revocation)))
     elif isinstance(key, mr.ConsumerGroupRegularExpressionKey):
         if value is None:
             group.resolved_regexes.pop(key.regular_expression, None)

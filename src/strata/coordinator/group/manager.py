@@ -1034,13 +1034,17 @@ class GroupMetadataManager:
             return dict.fromkeys(keys, ErrorCode.INVALID_GROUP_ID)
         try:
             group = self._validate_offset_commit(req)
+            rejected = self._stale_partitions(req)
         except GroupError as e:
             return dict.fromkeys(keys, e.error_code)
+        if rejected:
+            req = replace(req, partitions=[p for p in req.partitions if (p[0], p[1]) not in rejected])
         if group is not None and group.is_in(STABLE, PREPARING):  # a commit from a member keeps its session alive
             self._reschedule_heartbeat(group, group.member(req.member_id))
         now = self._now()
         expire = now + req.retention_ms if req.retention_ms != -1 else -1
         results, records, updates = self._offset_records(req, now, expire)
+        results.update(rejected)
         if records:
             try:
                 append_offset = self._write(req.group_id, records)
@@ -1117,9 +1121,10 @@ class GroupMetadataManager:
         """Kafka's ``ConsumerGroup.validateOffsetCommit``: the generation is the member epoch.
 
         An epoch below 0 commits only to an empty group (an admin or a consumer without group management);
-        otherwise the member must exist at exactly its current epoch (STALE_MEMBER_EPOCH for a consumer-protocol
-        member, ILLEGAL_GENERATION for a classic one or a transactional commit), and a consumer-protocol
-        member must use OffsetCommit v9+.
+        otherwise the member must exist at no newer an epoch than its current one (STALE_MEMBER_EPOCH for a
+        consumer-protocol member, ILLEGAL_GENERATION for a classic one or a transactional commit; an older one
+        is judged per partition by :meth:`_stale_partitions`), and a consumer-protocol member must use
+        OffsetCommit v9+.
         """
         transactional = isinstance(req, TxnCommitRequest)
         if req.generation_id < 0 and not group.members:
@@ -1132,9 +1137,28 @@ class GroupMetadataManager:
         if isinstance(req, CommitRequest) and not member.uses_classic_protocol \
                 and req.api_version < GROUP_ID_NOT_FOUND_COMMIT_VERSION:
             raise GroupError(ErrorCode.UNSUPPORTED_VERSION)
-        if req.generation_id != member.member_epoch:
+        if req.generation_id > member.member_epoch or req.generation_id < 0:
             raise GroupError(ErrorCode.ILLEGAL_GENERATION if transactional or member.uses_classic_protocol
                              else ErrorCode.STALE_MEMBER_EPOCH)
+
+    def _stale_partitions(self, req: CommitRequest | TxnCommitRequest) -> dict[tuple[str, int], int]:
+        """Kafka 4.3's assignment-epoch check (KIP-1251) for a consumer group member's commit at an epoch
+        older than its current one: each partition must be held by the member (assigned or pending
+        revocation) since that epoch or earlier, else it is rejected alone; a zombie's commit for a partition
+        that moved on is fenced, a member's commit racing an epoch bump that did not touch it is not."""
+        group = self.consumer_group(req.group_id)
+        member = group.members.get(req.member_id) if group is not None else None
+        if member is None or req.generation_id < 0 or req.generation_id == member.member_epoch:
+            return {}
+        code = ErrorCode.ILLEGAL_GENERATION if isinstance(req, TxnCommitRequest) or member.uses_classic_protocol \
+            else ErrorCode.STALE_MEMBER_EPOCH
+        rejected: dict[tuple[str, int], int] = {}
+        for topic, partition, *_ in req.partitions:
+            found = self.consumer.topics.topic(topic)
+            epoch = member.assignment_epoch(found[0], partition) if found is not None else None
+            if epoch is None or req.generation_id < epoch:
+                rejected[(topic, partition)] = code
+        return rejected
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> None:
         """OffsetFetch v9+ from a member (Kafka's ``validateOffsetFetch``): an admin (no member, epoch -1)
@@ -1162,9 +1186,13 @@ class GroupMetadataManager:
             return dict.fromkeys(keys, ErrorCode.INVALID_GROUP_ID), NO_APPEND_OFFSET
         try:
             self._validate_offset_commit(req)
+            rejected = self._stale_partitions(req)
         except GroupError as e:
             return dict.fromkeys(keys, e.error_code), NO_APPEND_OFFSET
+        if rejected:
+            req = replace(req, partitions=[p for p in req.partitions if (p[0], p[1]) not in rejected])
         results, records, updates = self._offset_records(req, self._now(), -1)
+        results.update(rejected)
         if not records:
             return results, NO_APPEND_OFFSET
         # Kafka's storeOffsets: without a producer id there is no transaction, and the commit is a plain one

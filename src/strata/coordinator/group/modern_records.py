@@ -47,8 +47,9 @@ type  record                                  key                    value v0
 Tagged fields follow Kafka's generated writer: a scalar is written only when it differs from its default. The
 nullable struct ``ClassicMemberMetadata`` is written only when not null, and then its data starts with an
 unsigned varint presence marker 1 (Kafka's reader takes 0 as null), so its size is the struct's size + 1.
-Decoders skip tagged fields they do not know, at every level (4.3 adds tag 0 ``AssignmentEpochs`` to the
-``TopicPartitions`` of type 8 and tag 0 ``AssignmentTimestamp`` to types 6 and 12: they are dropped). A value
+Decoders skip tagged fields they do not know, at every level (4.3 adds tag 0 ``AssignmentTimestamp`` to types 6
+and 12: dropped). 4.3's tag 0 ``AssignmentEpochs`` in the ``TopicPartitions`` of type 8 (KIP-1251) is read and
+written: Strata fences zombie commits with it as 4.3 does. A value
 version above 0 is read as v0 and any content after it ignored, as the classic decoder does.
 
 Malformed input (truncation, negative or oversized lengths, null where the schema forbids it, a known tagged
@@ -93,10 +94,13 @@ TAG_CLASSIC_MEMBER_METADATA = 0
 
 @dataclass(frozen=True, slots=True)
 class TopicPartitions:
-    """``TopicPartition(s)`` of types 7, 8, 13 and 14: a topic id and partition indexes."""
+    """``TopicPartition(s)`` of types 7, 8, 13 and 14: a topic id and partition indexes; for type 8 also
+    Kafka 4.3's tagged ``AssignmentEpochs`` (KIP-1251: the epoch each partition was assigned at, as long as
+    ``partitions``; None when not written)."""
 
     topic_id: uuid.UUID
     partitions: tuple[int, ...] = ()
+    assignment_epochs: tuple[int, ...] | None = None
 
 
 # -- keys -----------------------------------------------------------------------------------------
@@ -400,21 +404,40 @@ def _read_tagged_int64(field: MessageReader) -> int:
     return field.int64()
 
 
+TAG_ASSIGNMENT_EPOCHS = 0  # in type 8's TopicPartitions (Kafka 4.3, KIP-1251)
+
+
 def _write_topic_partitions(w: MessageWriter, values: tuple[TopicPartitions, ...]) -> None:
     w.array_len(len(values))
     for tp in values:
         w.uuid(tp.topic_id)
         _write_int32s(w, tp.partitions)
-        w.tags()
+        if tp.assignment_epochs is None:
+            w.tags()
+            continue
+        if len(tp.assignment_epochs) != len(tp.partitions):
+            raise ValueError("AssignmentEpochs must be as long as Partitions")
+        field = MessageWriter(flexible=True)
+        _write_int32s(field, tp.assignment_epochs)
+        w.tagged_fields([(TAG_ASSIGNMENT_EPOCHS, bytes(field.out))])
 
 
-def _read_topic_partitions(r: MessageReader) -> tuple[TopicPartitions, ...]:
+def _read_topic_partitions(r: MessageReader, epochs: bool = False) -> tuple[TopicPartitions, ...]:
+    """``epochs``: the struct of type 8, whose tag 0 is AssignmentEpochs (skipped elsewhere, as unknown)."""
     out = []
     for _ in range(r.array_len(18)):  # uuid, compact array count, tag count
         topic_id = r.uuid()
         partitions = _read_int32s(r)
-        r.skip_tags()  # 4.3's AssignmentEpochs (tag 0) among them
-        out.append(TopicPartitions(topic_id, partitions))
+        assignment_epochs = None
+        for tag, field in r.tagged_fields():
+            if epochs and tag == TAG_ASSIGNMENT_EPOCHS:
+                n = field.nullable_array_len(4)
+                if n is not None:
+                    assignment_epochs = tuple(int(i) for i in struct.unpack(f">{n}i", field.take(4 * n)))
+                    if n != len(partitions):
+                        raise CorruptRecordError(f"{r.what}: {n} AssignmentEpochs for {len(partitions)} "
+                                                 "partitions", r.pos)
+        out.append(TopicPartitions(topic_id, partitions, assignment_epochs))
     return tuple(out)
 
 
@@ -620,8 +643,8 @@ def _decode_consumer_group_current_member_assignment(r: MessageReader) -> Consum
     member_epoch = r.int32()
     previous_member_epoch = r.int32()
     state = r.int8()
-    assigned = _read_topic_partitions(r)
-    pending = _read_topic_partitions(r)
+    assigned = _read_topic_partitions(r, epochs=True)
+    pending = _read_topic_partitions(r, epochs=True)
     r.skip_tags()
     return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous_member_epoch, state, assigned, pending)
 
