@@ -70,6 +70,12 @@ SHARE_KAFKA_VERSION = "4.2.0"
 # (IncrementalAlterConfigs / DescribeConfigs on GROUP resources, issue 30) and a group's five authorized
 # operations (DESCRIBE_CONFIGS and ALTER_CONFIGS besides Kafka 3's three); as 3.9 it expects INVALID_REQUEST
 KAFKA4_TESTS = {81}
+# Tests whose consumer-protocol (KIP-848) runs need the timeouts librdkafka's CI gives them (CI=true: every
+# test timeout x3; Semaphore, which runs librdkafka's consumer-protocol suite, sets CI). 0113's
+# t_max_poll_interval_exceeded waits for the stalled member's session to expire, and under KIP-848 that is the
+# broker's group.consumer.session.timeout.ms (45 s in Kafka and Strata: the test's own 6 s session.timeout.ms
+# is a classic-protocol setting the client drops), past the subtest's 30 s unless tripled.
+CONSUMER_CI_TESTS = {113}
 DEFAULT_TIMEOUT_S = 300     # per test number; the test-runner has its own, shorter, per-test timeouts
 # Test numbers that pass but need longer than the default (measured on 2 shared cores).
 LONG_TESTS_S = {
@@ -657,6 +663,8 @@ def run_number(runner: Path, number: str, scenario: str, cluster: StrataCluster,
     # this repository by default, whose bin/ has Strata's wrappers
     env["KAFKA_PATH"] = kafka_path or str(REPO)
     env.pop("CI", None)
+    if number.isdigit() and group_protocol_of(scenario) == "consumer" and int(number) in CONSUMER_CI_TESTS:
+        env["CI"] = "true"
     if number.isdigit() and int(number) in SHARE_TESTS:
         # librdkafka runs its share tests only in its CI (run-share-consumer-tests.sh), where CI=true triples
         # the test timeouts: 0170's "consume any available" steps poll 10 x 2 s by design, whatever the broker
