@@ -36,6 +36,7 @@ import rejoin_bench
 import report as bench_report
 import rlmm_restart_bench
 import security_bench
+import segment_tail_bench
 import share_bench
 import spark_bench
 import tiered_bench
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=OUT / "log_bench.json", help="where to write results")
     parser.add_argument("--only", choices=["log", "broker", "tiered", "columnar", "spark", "delete", "cluster",
                                            "rejoin", "txn", "cleaner", "security", "diskless",
-                                           "tiered-compaction", "rlmm", "object-format", "group", "share"],
+                                           "tiered-compaction", "rlmm", "object-format", "group", "share",
+                                           "segment-tail"],
                         help="run one benchmark (default: all)")
     parser.add_argument("--broker-mib", type=int, help="payload MiB produced and consumed per broker run")
     parser.add_argument("--broker-json", type=Path, default=OUT / "broker_bench.json",
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         rlmm_restart_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "object-format"):  # remote object format v2 (zstd + AES-GCM) vs v1: upload, consume, bytes
         object_format_bench.main(["--quick"] if args.quick else [])
+    if args.only in (None, "segment-tail"):  # a batch near the active segment's end: tail vs index + scan
+        segment_tail_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "group"):  # KIP-848 vs classic: a 50-member group's rebalance when one more joins
         group_bench.main(["--quick"] if args.quick else [])
     if args.only in (None, "share"):  # KIP-932: 4 share consumers on one partition vs one classic consumer

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -49,6 +50,7 @@ BatchList = Sequence[tuple[int, BatchHeader]]
 Records = bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]  # a list is written with pwritev
 RecoverCallback = Callable[["LogSegment", BatchHeader, memoryview], None]
 INVALID_DATA = (CorruptRecordError, UnsupportedForMessageFormatError)
+TAIL_BATCHES = 64  # the last batches an active segment keeps the positions of (see LogSegment._tail)
 """What bytes that are not a valid batch raise. On disk a magic other than 2 is corruption too (Strata
 never writes v0/v1 message sets): a flip of bit 1 of the magic byte turns 2 into 0."""
 
@@ -108,6 +110,13 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None
         self._rolling_based_loaded = create
         self._max_ts: TimestampOffset | None = TimestampOffset(NO_TIMESTAMP, base_offset) if create else None
+        # The batches appended last, while the segment is active: (last offset) and (base offset, position,
+        # size), ascending. Followers and consumers at the log end read from a batch appended a moment ago;
+        # found here, their read skips the index lookup and the header scan after it (one pread per batch
+        # between the sparse index entry and the batch: on small batches the hot path's largest cost).
+        # One attribute, rebound whole, so a reader on another thread never pairs lists of different ages;
+        # appends add to the second list first, so the first is never the longer.
+        self._tail: tuple[list[int], list[tuple[int, int, int]]] = ([], [])
 
     @staticmethod
     def file_paths(directory: Path, base_offset: int) -> list[Path]:
@@ -164,6 +173,9 @@ class LogSegment:
         if physical_position == 0:
             self._rolling_based_timestamp = max(h.max_timestamp for _, h in batches)
             self._rolling_based_loaded = True
+        tail_last, tail = self._tail
+        self._forget_tail()  # until the batches are in: a failure below leaves the tail empty, not stale
+        start = physical_position
         self.log.append(records)
         crash_point("log.append.after_write")  # the .log has the batches, the indexes not yet
         max_ts = self.max_timestamp_and_offset_so_far
@@ -178,6 +190,12 @@ class LogSegment:
             physical_position += header.size
             self._bytes_since_last_index_entry += header.size
         self._max_ts = max_ts
+        for _, header in batches:
+            tail.append((header.base_offset, start, header.size))
+            tail_last.append(header.last_offset)
+            start += header.size
+        self._tail = (tail_last[-TAIL_BATCHES:], tail[-TAIL_BATCHES:]) if len(tail) > 2 * TAIL_BATCHES \
+            else (tail_last, tail)
 
     def update_txn_index(self, producer_id: int, first_offset: int, last_offset: int,
                          last_stable_offset: int) -> None:
@@ -214,6 +232,7 @@ class LogSegment:
 
     def on_become_inactive_segment(self) -> None:
         """Final time-index entry, then trim both indexes to their entries (Kafka's roll)."""
+        self._forget_tail()
         ts = self.max_timestamp_and_offset_so_far
         self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
@@ -234,6 +253,16 @@ class LogSegment:
         the entry's offset (a corrupt index that slipped past the sanity check: the scan would skip
         the wanted offsets), fall back to a scan from the start of the file rather than serve wrong data.
         """
+        tail_last, tail = self._tail
+        if tail_last:
+            if offset > tail_last[-1]:  # the tail ends the segment: nothing holds the offset
+                return None
+            i = bisect_left(tail_last, offset)
+            base, position, size = tail[i]
+            # batch i is the first with last offset >= offset when batch i-1 is in the tail too, or when the
+            # offset is inside batch i; else an older batch may hold it: the index finds that one
+            if (i > 0 or offset >= base) and position >= starting_position:
+                return LogOffsetPosition(base, position, size)
         hint = self.offset_index.lookup(offset)
         position = max(hint.position, starting_position)
         try:
@@ -244,6 +273,9 @@ class LogSegment:
             log.warning("offset index %s does not point at the batch of offset %d; scanning %s from the start",
                         self.offset_index.path, offset, self.log.path)
             return self._search_from(offset, starting_position)
+
+    def _forget_tail(self) -> None:
+        self._tail = ([], [])
 
     def _search_from(self, offset: int, position: int, entry_offset: int | None = None) -> LogOffsetPosition | None:
         """``entry_offset``: the index entry ``position`` came from; the batch there must not start after it."""
@@ -359,6 +391,7 @@ class LogSegment:
         Returns the number of bytes truncated (a torn write or a corrupt tail). ``on_batch`` lets
         the owner rebuild producer state and leader epochs from the same single pass.
         """
+        self._forget_tail()
         self.offset_index.resize(self.config.segment_index_bytes)
         self.time_index.resize(self.config.segment_index_bytes)
         self.offset_index.truncate()
@@ -411,6 +444,7 @@ class LogSegment:
     def truncate_to(self, offset: int) -> int:
         """Drop everything at or above ``offset`` (which must start a batch); returns bytes removed."""
         mapping = self.translate_offset(offset)
+        self._forget_tail()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
