@@ -181,3 +181,22 @@ def test_session_lost_is_reported_after_a_pause(zookeeper: object, zk_connect: s
             await zk.close()
 
     run(main())
+
+
+def test_zookeeper_starts_from_a_relative_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make nemesis`` passes ``--out nemesis-out``: the servers run in their own directories, where a relative
+    config path does not resolve (ZooKeeper exited with 2, "zoo.cfg file is missing")."""
+    from strata.tools.zookeeper import ZooKeeperEnsemble, ZooKeeperServer
+
+    monkeypatch.chdir(tmp_path)
+    server = ZooKeeperServer(Path("relative/zk"))
+    try:
+        server.start().wait_ready(60)
+        assert server.directory.is_absolute()
+    finally:
+        server.stop()
+    ensemble = ZooKeeperEnsemble(Path("relative/ensemble"), size=3)
+    try:
+        ensemble.start().wait_ready(90)
+    finally:
+        ensemble.stop()

@@ -84,7 +84,8 @@ class SeaweedFS:
                  wrap: tuple[str, ...] = ()) -> None:
         """``host``/``wrap``: the address it binds and the command prefix that runs it (the nemesis suite
         puts it in a network namespace of its own: ``ip netns exec NAME``)."""
-        self.data_dir = data_dir
+        self.data_dir = Path(data_dir).absolute()  # the server runs in it: a relative path would nest
+        data_dir = self.data_dir
         self.host = host
         self.wrap = wrap
         self.bucket = bucket

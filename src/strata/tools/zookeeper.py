@@ -113,7 +113,8 @@ class ZooKeeperServer:
     peer_hosts: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.directory = Path(self.directory)
+        # absolute: the server runs in its own directory, where a relative config path would not resolve
+        self.directory = Path(self.directory).absolute()
         if not self.port:
             self.port = free_port()
 
@@ -209,7 +210,7 @@ class ZooKeeperEnsemble:
     wraps: list[tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
-        self.directory = Path(self.directory)
+        self.directory = Path(self.directory).absolute()
         if not self.servers:
             peers = {i: (free_port(), free_port()) for i in range(1, self.size + 1)}
             hosts = {i: self.hosts[i - 1] if self.hosts else "127.0.0.1" for i in peers}
