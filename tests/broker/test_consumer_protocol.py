@@ -27,6 +27,7 @@ from confluent_kafka import (
     ConsumerGroupType,
     KafkaException,
     Producer,
+    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from tests.broker.harness import BrokerProcess
@@ -352,3 +353,32 @@ def test_online_upgrade_and_downgrade_with_live_members(broker: BrokerProcess, s
           or len(rest) >= 10, "the new records")
     assert sorted(rest) == list(range(100, 110)), "the committed offsets did not survive the conversions"
     second.close()
+
+
+def test_a_join_that_moves_nothing_of_theirs_leaves_the_members_stable_and_committing(tmp_path: Path) -> None:
+    """Members whose assignment a join does not change move to the new epoch with the target (no heartbeat
+    needed): the group is Stable as soon as the joiner has its partitions, and their commits at the epoch they
+    still know are accepted (KIP-1251 assignment epochs). Heartbeats every 10 s: without either, the group
+    stays Reconciling and the commit fails with STALE_MEMBER_EPOCH until each member's next heartbeat."""
+    b = BrokerProcess(tmp_path / "broker", {**FAST_GROUPS, "group.consumer.heartbeat.interval.ms": "10000",
+                                            "group.consumer.session.timeout.ms": "45000",
+                                            "group.consumer.min.session.timeout.ms": "45000"}).start()
+    old = [member(b, "g-move"), member(b, "g-move")]
+    joiner = member(b, "g-move")
+    try:
+        create(b, "mine", 2)
+        create(b, "theirs", 1)
+        for c in old:
+            c.subscribe(["mine"])
+        until(lambda: all(len(c.assignment()) == 1 for c in old) and describe(b, "g-move").state
+              == ConsumerGroupState.STABLE, "two stable members", poll=old)
+        joiner.subscribe(["theirs"])
+        until(lambda: joiner.assignment(), "the joiner's partition", timeout_s=15, poll=[joiner])
+        until(lambda: describe(b, "g-move").state == ConsumerGroupState.STABLE, "the group stable", timeout_s=4)
+        tp = old[0].assignment()[0]
+        committed = old[0].commit(offsets=[TopicPartition("mine", tp.partition, 0)], asynchronous=False)
+        assert committed is not None and committed[0].error is None
+    finally:
+        for c in (*old, joiner):
+            c.close()
+        b.stop()
