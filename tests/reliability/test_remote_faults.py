@@ -233,8 +233,11 @@ class Load:
         assert not any(t.is_alive() for t in self._threads), "load threads did not stop"
 
     def _produce(self) -> None:
+        # batch.size below segment.bytes: when the broker is slow, records queue and librdkafka would batch up
+        # to its 1 MB default, which a 32 KiB segment refuses (RECORD_LIST_TOO_LARGE), as Kafka does
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 0,
-                             "enable.idempotence": True, "message.timeout.ms": 60_000})
+                             "enable.idempotence": True, "message.timeout.ms": 60_000,
+                             "batch.size": SEGMENT_BYTES // 2})
         pad = b"x" * PAYLOAD
         started = time.monotonic()
         seq = 0
