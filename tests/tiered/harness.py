@@ -281,7 +281,8 @@ class S3TieredBroker(TieredBroker):
         return sum(1 for _, state in metadata_states(self, topic, partition).values() if state == 3)
 
     def fetch_count(self, topic: str, partition: int) -> int:
-        """Remote reads of the topic (RemoteFetchRequestsPerSec), from the broker's /metrics."""
+        """Remote reads of the topic that did not fail (RemoteFetchRequestsPerSec less RemoteFetchErrorsPerSec),
+        from the broker's /metrics."""
         import re
         import urllib.request
 
@@ -289,6 +290,10 @@ class S3TieredBroker(TieredBroker):
 
         host, port = metrics_endpoint(self.bootstrap)
         text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
-        pattern = "RemoteFetchRequestsPerSec_total" + re.escape(f'{{topic="{topic}"}}') + r" (\d+)"
-        m = re.search(pattern, text)
-        return int(m.group(1)) if m else 0
+        def count(name: str) -> int:
+            m = re.search(name + "_total" + re.escape(f'{{topic="{topic}"}}') + r" (\d+)", text)
+            return int(m.group(1)) if m else 0
+
+        # Kafka's scenarios count the RSM's FETCH_SEGMENT events: reads that reached a segment. A read refused
+        # (the metadata still loading after a restart, say) is a request and an error, not a segment fetch.
+        return count("RemoteFetchRequestsPerSec") - count("RemoteFetchErrorsPerSec")

@@ -64,6 +64,7 @@ from strata.tiered.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    RemoteStorageNotReadyError,
     RetriableRemoteStorageError,
     TopicIdPartition,
     load_class,
@@ -94,6 +95,7 @@ log = logging.getLogger("strata.tiered")
 T = TypeVar("T")
 S = RemoteLogSegmentState
 TASK_FAILURE_LOG_INTERVAL_S = 30.0
+READY_POLL_S = 0.01  # a fetch waiting for its partition's remote metadata to finish replaying
 TopicDescription = tuple[int, dict[str, str], int | None]
 """(partition count, config overrides, replication factor or None) of a topic, for its manifest in the bucket."""
 QUOTA_METRICS = "kafka_server_RemoteLogManager"
@@ -1104,10 +1106,28 @@ class RemoteLogManager:
                  else stats.remote.RemoteLogReaderPrefetchMissesPerSec).mark()
             return result
 
-        future = self._submit_read(run)
+        if not self.rlmm.is_ready(tip):
+            future: asyncio.Future[RemoteFetchResult] = asyncio.ensure_future(self._read_when_ready(tip, run))
+        else:
+            future = self._submit_read(run)
         if self.config.reader_corrupt_segment_action != "skip":
             return future
         return asyncio.ensure_future(self._resume_locally(future, plog, max_bytes, min_one_message, read_committed))
+
+    async def _read_when_ready(self, tip: TopicIdPartition, run: Callable[[], RemoteFetchResult]) -> RemoteFetchResult:
+        """A fetch that arrives while the partition's remote metadata is still replaying (a restart, a new
+        leader) waits for it, up to half of ``remote.fetch.max.wait.ms`` so the read has the other half.
+
+        Kafka answers such a fetch with an error at once; the consumer then backs off and fetches again,
+        a round trip and a failed remote read per partition after every restart. Still loading after the
+        wait: RemoteStorageNotReadyError, which the fetch answers REPLICA_NOT_AVAILABLE (retriable).
+        """
+        deadline = time.monotonic() + self.config.fetch_max_wait_ms / 2000
+        while not self.rlmm.is_ready(tip):
+            if time.monotonic() >= deadline or self._closed:
+                raise RemoteStorageNotReadyError(f"remote log metadata of {tip.topic}-{tip.partition} is still loading")
+            await asyncio.sleep(READY_POLL_S)
+        return await self._submit_read(run)
 
     async def _resume_locally(self, future: asyncio.Future[RemoteFetchResult], plog: PartitionLog, max_bytes: int,
                               min_one_message: bool, read_committed: bool) -> RemoteFetchResult:
