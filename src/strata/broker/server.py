@@ -36,6 +36,7 @@ from strata.broker.cluster_services import (
 from strata.broker.diskless_metrics import register_diskless_metrics
 from strata.broker.diskless_observer import DisklessMetadataObserver
 from strata.broker.dynamic_config import DynamicBrokerConfigs
+from strata.broker.fetch_sessions.cache import FetchSessionCache
 from strata.broker.group_configs import GROUPS_ENTITY, GroupConfigStore
 from strata.broker.group_metrics import register_group_metrics
 from strata.broker.inter_broker import inter_broker_security
@@ -155,6 +156,7 @@ class Broker:
                                        partition_exists=self.topics.has_partition)
         self.dynamic_configs = DynamicBrokerConfigs(self)  # loaded and applied in start()
         # KIP-73 replication throttles: bounds from the dynamic configs, throttled partitions from topic configs
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.replication_quotas = ReplicationQuotas(config.node_id, self.topics.config,
                                                     config.cluster.replication_quota_window_num,
                                                     config.cluster.replication_quota_window_size_seconds)
@@ -186,6 +188,7 @@ class Broker:
         self.metrics = Registry()
         self.log_cleaner: LogCleaner | None = None
         self.stats = TieredStats(self.metrics)
+        self.fetch_sessions.register_metrics(self.metrics)
         self.cluster_metrics = register_cluster_metrics(self.metrics, self.replicas, self.cluster, self.fetchers)
         self.cluster_metrics.register_replication_quotas(self.replication_quotas)
         if self.fetchers is not None:

@@ -74,6 +74,8 @@ BROKER_CONFIG_DEF = ConfigDef([
     ConfigKey("auto.create.topics.enable", "bool", True, None, "Metadata for an unknown topic creates it"),
     ConfigKey("delete.topic.enable", "bool", True, None, "Allow DeleteTopics"),
     ConfigKey("socket.request.max.bytes", "int", 104_857_600, at_least(1), "Largest request frame accepted"),
+    ConfigKey("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0),
+              "Incremental fetch sessions (KIP-227) this broker keeps; 0: every fetch is answered sessionless"),
     # Kafka's default is 102400 for both; Strata's is the OS default (-1), which Linux tunes per connection
     ConfigKey("socket.send.buffer.bytes", "int", -1, at_least(-1), "SO_SNDBUF of client connections (-1: the OS's)"),
     ConfigKey("socket.receive.buffer.bytes", "int", -1, at_least(-1),
@@ -168,6 +170,7 @@ class BrokerConfig:
     auto_create_topics_enable: bool
     delete_topic_enable: bool
     socket_request_max_bytes: int
+    max_incremental_fetch_session_cache_slots: int
     socket_send_buffer_bytes: int
     socket_receive_buffer_bytes: int
     connections_max_idle_ms: int
@@ -236,6 +239,7 @@ class BrokerConfig:
             auto_create_topics_enable=p["auto.create.topics.enable"],
             delete_topic_enable=p["delete.topic.enable"],
             socket_request_max_bytes=p["socket.request.max.bytes"],
+            max_incremental_fetch_session_cache_slots=p["max.incremental.fetch.session.cache.slots"],
             socket_send_buffer_bytes=p["socket.send.buffer.bytes"],
             socket_receive_buffer_bytes=p["socket.receive.buffer.bytes"],
             connections_max_idle_ms=p["connections.max.idle.ms"],

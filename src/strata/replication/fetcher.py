@@ -8,6 +8,11 @@ fetches from the log end with ``replica_id`` set, appends the leader's batches a
 offsets and leader epochs kept, no record decoded), and takes the leader's high watermark and log
 start offset from each response.
 
+Each fetcher keeps an incremental fetch session (KIP-227, :mod:`strata.client.fetch_session`) with its
+leader: after the first full fetch only the partitions whose fetch offset moved are sent, and only those with
+news come back, so the idle partitions a leader leads (most of ``__consumer_offsets`` and
+``__share_group_state``) cost nothing per round trip on either side.
+
 Errors, as Kafka handles them: OFFSET_OUT_OF_RANGE -> the leader's end below ours truncates to it,
 its start above our end restarts the log there; OFFSET_MOVED_TO_TIERED_STORAGE -> the local log
 restarts at the leader's local log start (the offsets below live in the remote tier); an epoch or
@@ -42,6 +47,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from strata.client.async_wire import AsyncBrokerConnection
+from strata.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from strata.client.security import ClientSecurity
 from strata.client.wire import WireError
 from strata.common import TopicPartition
@@ -173,6 +179,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self.fetched_bytes = 0
         self._failing = False
+        self.session = FetchSessionHandler()  # KIP-227: an idle partition costs the leader nothing to answer
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
         self.partitions[tp] = FetchState(tp, leader_epoch)
@@ -274,6 +281,7 @@ class ReplicaFetcher:
         return self._conn
 
     def _drop_connection(self) -> None:
+        self.session.reset()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -364,19 +372,20 @@ class ReplicaFetcher:
         that many seconds, so the leader is asked to long-poll no longer than that (Kafka long-polls the full
         ``replica.fetch.wait.max.ms``, which makes a throttled copy run below its rate when other partitions
         share the fetcher)."""
-        by_topic: dict[str, list[dict[str, int]]] = {}
+        wanted: dict[tuple[str, int], dict[str, int]] = {}
+        max_bytes = self.config.replica_fetch_max_bytes
         for s in states:
             plog = self._log_of(s)
             if plog is None:
                 continue
-            by_topic.setdefault(s.tp.topic, []).append({
+            latest = plog.leader_epoch_cache.latest_epoch
+            wanted[(s.tp.topic, s.tp.partition)] = {
                 "partition": s.tp.partition, "current_leader_epoch": s.leader_epoch,
-                "fetch_offset": plog.log_end_offset,
-                "last_fetched_epoch": plog.leader_epoch_cache.latest_epoch if plog.leader_epoch_cache.latest_epoch
-                is not None else -1,
-                "log_start_offset": plog.log_start_offset, "partition_max_bytes": self.config.replica_fetch_max_bytes})
-        if not by_topic:
+                "fetch_offset": plog.log_end_offset, "last_fetched_epoch": latest if latest is not None else -1,
+                "log_start_offset": plog.log_start_offset, "partition_max_bytes": max_bytes}
+        if not wanted:
             return
+        session_id, session_epoch, topics, forgotten = self.session.build(wanted)
         wait_ms = self.config.replica_fetch_wait_max_ms
         if held_s is not None:
             wait_ms = min(wait_ms, max(1, int(held_s * 1000)))
@@ -386,9 +395,13 @@ class ReplicaFetcher:
             FETCH, FETCH_VERSION, timeout_s=self.config.replica_socket_timeout_ms / 1000 + wait_ms / 1000,
             replica_id=self.local_id, max_wait=timedelta(milliseconds=wait_ms),
             min_bytes=self.config.replica_fetch_min_bytes, max_bytes=self.config.replica_fetch_response_max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()], forgotten_topics_data=[],
-            rack_id="")
+            isolation_level=0, session_id=session_id, session_epoch=session_epoch, topics=topics,
+            forgotten_topics_data=forgotten, rack_id="")
+        self.session.handle_response(int(response.error_code), int(response.session_id))
+        if response.error_code in SESSION_ERRORS:
+            log.info("replica fetcher for broker %d: fetch session %d %s; starting a new one", self.source_id,
+                     session_id, ErrorCode(int(response.error_code)).name)
+            return
         if response.error_code:
             raise WireError(f"fetch answered error {int(response.error_code)}")
         for state, plog, p in self._answered(((t.topic, t.partitions) for t in response.responses),

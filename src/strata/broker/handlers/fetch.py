@@ -2,8 +2,9 @@
 
 Records are never decoded: each partition's data is a :class:`FileSlice`, spliced into the
 encoded response and sent with ``sendfile`` (slices under ``INLINE_BYTES`` are read into the
-response instead, where two syscalls would cost more than the copy). Fetch sessions (KIP-227)
-are answered sessionless (``session_id`` 0): clients then send full fetches, which Kafka allows.
+response instead, where two syscalls would cost more than the copy). Incremental fetch sessions (KIP-227,
+:mod:`strata.broker.fetch_sessions.cache`): a fetch continuing a session reads the session's partitions and
+is answered only those with something new.
 
 Tiered partitions: an offset in ``[log_start_offset, local_log_start_offset)`` is read from the
 remote tier on the RemoteLogManager's reader pool - every such partition of the request at once
@@ -246,7 +247,7 @@ def _attach(out: dict[str, Any], records: Any, state: _FetchState) -> None:
         state.bytes += records.size
 
 
-def _refused_topics(ctx: RequestContext, request: Any) -> frozenset[str] | None:
+def _refused_topics(ctx: RequestContext, request: Any, requested: list[Any]) -> frozenset[str] | None:
     """The names of the requested topics this fetch may not read, or None for "every topic" (a follower
     without CLUSTER_ACTION). Empty at once without an authorizer: the hot path pays one attribute lookup."""
     if not ctx.broker.authorization.enabled:
@@ -255,7 +256,7 @@ def _refused_topics(ctx: RequestContext, request: Any) -> frozenset[str] | None:
         return frozenset() if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION) else None
     topics = ctx.broker.topics
     names = set()
-    for t in request.topics:
+    for t in requested:
         name = getattr(t, "topic", None)
         if name is None:
             info = topics.by_id(getattr(t, "topic_id", None))
@@ -271,9 +272,10 @@ def _error_parts(t: Any, code: int) -> list[dict[str, Any]]:
              "preferred_read_replica": -1, "records": b""} for p in t.partitions]
 
 
-def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation,
+def _one_pass(ctx: RequestContext, request: Any, requested: list[Any], isolation: FetchIsolation,
               refused: frozenset[str] | None = frozenset()) -> tuple[list[dict[str, Any]], _FetchState,
                                                                     list[TopicPartition]]:
+    """Read ``requested`` (the request's topics, or its fetch session's) once."""
     topics = ctx.broker.topics
     state = _FetchState()
     replica_id = replica_id_of(request)
@@ -281,7 +283,7 @@ def _one_pass(ctx: RequestContext, request: Any, isolation: FetchIsolation,
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     responses = []
     tps = []
-    for t in request.topics:
+    for t in requested:
         name = getattr(t, "topic", None)
         topic_id = getattr(t, "topic_id", None)
         info = topics.get(name) if name is not None else topics.by_id(topic_id)
@@ -443,9 +445,13 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     started = time.monotonic()
     deadline = started + max_wait_s
     min_bytes = request.min_bytes
-    refused = _refused_topics(ctx, request)
+    sessions = ctx.broker.fetch_sessions
+    session = sessions.context(request, ctx.version, replica_id_of(request) >= 0, ctx.broker.clock.milliseconds())
+    if session.error:
+        return ctx.respond(throttle_time=0, error_code=session.error, session_id=0, responses=[])
+    refused = _refused_topics(ctx, request, session.topics)
     while True:
-        responses, state, tps = _one_pass(ctx, request, isolation, refused)
+        responses, state, tps = _one_pass(ctx, request, session.topics, isolation, refused)
         if state.diskless:
             # Inkless's floor (diskless.fetch.max.wait.ms, min bytes 1): an empty diskless answer costs a
             # coordinator query, so a consumer polling without waiting is made to wait a little
@@ -475,5 +481,6 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         ctx.broker.stats.topics.ReplicationBytesOutPerSec.mark(topic, n)
     if state.throttled_bytes:  # KafkaApis: the answer's throttled partitions count against the leader quota
         ctx.broker.replication_quotas.leader.record(state.throttled_bytes)
-    body = ctx.respond(throttle_time=0, error_code=0, session_id=0, responses=responses)
+    session_id, responses = sessions.finish(session, responses, ctx.broker.clock.milliseconds())
+    body = ctx.respond(throttle_time=0, error_code=0, session_id=session_id, responses=responses)
     return Spliced(body, state.splices) if state.splices else body
