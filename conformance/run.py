@@ -80,6 +80,7 @@ DEFAULT_TIMEOUT_S = 300     # per test number; the test-runner has its own, shor
 # Test numbers that pass but need longer than the default (measured on 2 shared cores).
 LONG_TESTS_S = {
     "0113": 1500,  # cooperative rebalance: ~11 minutes of rebalances, sessions and max.poll timeouts
+    "0174": 1500,  # share groups: 19 subtests, ~200,000 acks=all records, most flushed one by one (811 s)
 }
 BROKER_IDS = (2, 3, 4)      # trivup's app ids (ZooKeeper is app 1); 0016 reads BROKER_ADDRESS_2
 ZK_CHROOT = "/strata-conformance"
