@@ -176,11 +176,19 @@ def log_name(number: str, scenario: str) -> str:
 
 def keep_broker_logs(cluster: StrataCluster, logs: Path, number: str, scenario: str) -> None:
     """Copy the brokers' logs beside a failed (or killed) test's log, as they are when it ends: the next run
-    starts its clusters over them, and a failure seen once in a long run is otherwise left without them."""
+    starts its clusters over them, and a failure seen once in a long run is otherwise left without them. Both
+    are also kept in ``<work>/failures/<time>-<test>/``, which no run empties."""
     stem = log_name(number, scenario).removesuffix(".log")
     for b in cluster.brokers:
         if b.log_path.exists():
             shutil.copyfile(b.log_path, logs / f"{stem}.broker-{b.broker_id}.log")
+    # ``logs`` is emptied by the next run: a copy of the test's and brokers' logs outlives it, for the failure
+    # of a flaky test that the next run does not repeat
+    kept = logs.parent / "failures" / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for path in logs.glob(f"{stem}.*"):
+        if path.name == log_name(number, scenario) or path.name.startswith(f"{stem}.broker-"):
+            shutil.copyfile(path, kept / path.name)
 
 
 def log(msg: str) -> None:
