@@ -145,3 +145,20 @@ def test_kafka_python_keeps_a_session_and_reads_every_record(broker: BrokerProce
         assert _metric(broker, "kafka_server_FetchSessionCache_NumIncrementalFetchPartitionsCached") == PARTITIONS
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("slots", [0, 1])
+def test_the_session_cache_slots_are_honoured_on_a_single_node(tmp_path: Path, slots: int) -> None:
+    """``max.incremental.fetch.session.cache.slots``: 0 answers every fetch sessionless; 1 gives the first
+    fetcher a session and the second none (both are consumers: neither may evict the other's)."""
+    b = BrokerProcess(tmp_path / "broker", {"metrics.port": "0",
+                                            "max.incremental.fetch.session.cache.slots": str(slots)}).start()
+    try:
+        _create(b, "slots")
+        _produce(b, "slots", [0], "x")
+        with WireClient(b.bootstrap) as first, WireClient(b.bootstrap) as second:
+            ids = [_fetch(w, 12, "slots", None, 0, 0, {0: 0}).session_id for w in (first, second)]
+        assert [i != 0 for i in ids] == ([False, False] if slots == 0 else [True, False])
+        assert _metric(b, "kafka_server_FetchSessionCache_NumIncrementalFetchSessions") == slots
+    finally:
+        b.stop()

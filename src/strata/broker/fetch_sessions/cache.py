@@ -27,7 +27,6 @@ used consumer's; otherwise no session is made and the fetcher carries on session
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -250,11 +249,10 @@ class FetchSessionCache:
         self._sessions.pop(session_id, None)
 
     def _new_id(self) -> int:
-        for _ in itertools.count():
+        while True:  # at most max_slots of 2**31 - 1 ids are taken
             candidate = self._random.randint(1, MAX_EPOCH)
             if candidate not in self._sessions:
                 return candidate
-        raise AssertionError("unreachable")
 
     def _make_room(self, privileged: bool, now_ms: int) -> bool:
         if len(self._sessions) < self.max_slots:
