@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from strata.errors import ErrorCode
+
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 INVALID_SESSION_ID = 0
 MAX_EPOCH = 2**31 - 1
-SESSION_ERRORS = frozenset({70, 71, 106})  # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, ..._TOPIC_ID_ERROR
+SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                            ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR})
 
 PartitionKey = tuple[str, int]
 PartitionData = dict[str, Any]  # a Fetch request partition: partition, fetch_offset, ... as sent
@@ -63,7 +66,7 @@ class FetchSessionHandler:
         if error_code:
             # A session error, or any other top-level error: start over with a full fetch (which also closes the
             # session on the leader when it still has it)
-            if error_code == 70:
+            if error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
                 self.session_id = INVALID_SESSION_ID
             self.epoch = INITIAL_EPOCH
             return
