@@ -271,6 +271,12 @@ class ReplicaManager:
             self._wake(tp)
         return info
 
+    def replicated(self, tp: TopicPartition, required_offset: int) -> bool:
+        """Is an acks=all wait for ``required_offset`` over already (answered without waiting)?"""
+        part = self.partitions.get(tp)
+        return part is None or part.check_enough_replicas_reach_offset(required_offset,
+                                                                      part.log.config.min_insync_replicas)[0]
+
     async def wait_for_replication(self, tp: TopicPartition, required_offset: int, timeout_s: float) -> int:
         """Kafka's DelayedProduce for one partition: wait until the HW reaches ``required_offset``.
 

@@ -10,7 +10,11 @@ A request with diskless partitions does its work at once (checks, classic append
 into the active WAL file) and returns a :class:`~strata.broker.wire.dispatch.Deferred` for the rest: the wait
 for the commit (and acks=all's ISR wait of its classic partitions). The connection reads the next request
 meanwhile, so a producer's pipelined requests share a commit cycle, and answers them in order.
-Classic-only requests are answered as before.
+A classic acks=all request whose followers have not caught up yet is deferred the same way after its
+appends: the producer's next pipelined request is appended while the first waits, and the followers fetch
+both at once. Kafka mutes the connection until the answer is out instead, so each request pays a full
+replication round trip before the next is even read; answers still go out in request order, and a later
+request is only ever appended after every earlier one (the order an idempotent producer's sequences need).
 
 Authorization (Kafka 3.9's ``KafkaApis.handleProduceRequest``): a request carrying transactional batches
 needs WRITE on its ``transactional_id`` (none given counts as refused), else every partition answers
@@ -134,6 +138,13 @@ async def _answer_after_commit(ctx: RequestContext, request: Any, topics_out: li
     """The deferred part of a produce with diskless partitions: the commit, then acks=all's ISR wait for
     the classic partitions of the same request, then the answer."""
     failed = await _diskless_answers(ctx, written, pending) or failed
+    return await _answer_after_isr(ctx, request, topics_out, waiting, failed)
+
+
+async def _answer_after_isr(ctx: RequestContext, request: Any, topics_out: list[dict[str, Any]],
+                            waiting: list[tuple[TopicPartition, int, dict[str, Any]]], failed: bool) -> Any:
+    """The deferred part of a classic acks=all produce (and the end of a diskless one): the ISR wait, then
+    the answer."""
     if waiting:
         failed = await _wait_for_isr(ctx, waiting, max(0.0, request.timeout.total_seconds())) or failed
     return _answer(ctx, request, topics_out, failed)
@@ -269,6 +280,9 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             return Deferred(_answer_after_commit(ctx, request, topics_out, diskless_parts, pending, waiting,
                                                  failed))
         failed = True
-    if waiting:
-        failed = await _wait_for_isr(ctx, waiting, max(0.0, request.timeout.total_seconds())) or failed
+    if waiting and not all(broker.replicas.replicated(tp, offset) for tp, offset, _ in waiting):
+        # The appends are done, in request order; only the wait for the followers is deferred, so the
+        # connection reads the producer's next pipelined request meanwhile and the followers fetch both
+        # appends at once, instead of one replication round trip per request.
+        return Deferred(_answer_after_isr(ctx, request, topics_out, waiting, failed))
     return _answer(ctx, request, topics_out, failed)

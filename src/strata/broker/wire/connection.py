@@ -6,19 +6,18 @@ socket buffer). A long-polling Fetch therefore holds only its own connection, an
 stops reading its responses holds at most one response (the next request is read only once the
 last answer went out) until ``connections.max.idle.ms`` passes without progress.
 
-One exception: a produce with diskless partitions waits for a WAL commit shared by every request the
-broker takes in that commit interval. Its handler does its work in turn and returns a
+One exception: a produce with diskless partitions waits for a WAL commit shared by every request the broker
+takes in that commit interval. Its handler does its work in turn and returns a
 :class:`~strata.broker.wire.dispatch.Deferred` for the wait; the connection then owes that answer and reads
-the next request at once, so a producer's pipelined requests join the same WAL object instead of one
-commit cycle each. Owed answers go out in request order (a task per connection sends them as they
-become ready), and every later answer goes out after them; at ``MAX_DEFERRED`` owed the connection
-stops reading until the oldest went out. With client quotas on, or over TLS (one task drives a TLS
-connection), a deferred answer is awaited in turn as before. Handler errors
-that escape (bugs) are logged and answered with the API's UNKNOWN_SERVER_ERROR response (or,
-for an API whose response has no top-level error code, by closing the connection), never
-allowed to kill the broker; framing violations, and requests for an API or version the broker
-does not serve (ApiVersions aside, answered with UNSUPPORTED_VERSION as in Kafka), close this
-connection only.
+the next request at once, so a producer's pipelined requests join the same WAL object instead of one commit
+cycle each; a classic acks=all produce defers its wait for the followers the same way. Owed answers go out
+in request order (a task per connection sends them as they become ready), and every later answer goes out
+after them; at ``MAX_DEFERRED`` owed the connection stops reading until the oldest went out. With client
+quotas on, or over TLS (one task drives a TLS connection), a deferred answer is awaited in turn as before.
+Handler errors that escape (bugs) are logged and answered with the API's UNKNOWN_SERVER_ERROR response (or,
+for an API whose response has no top-level error code, by closing the connection), never allowed to kill the
+broker; framing violations, and requests for an API or version the broker does not serve (ApiVersions aside,
+answered with UNSUPPORTED_VERSION as in Kafka), close this connection only.
 
 Fetch responses go out as ``send`` for the encoded parts and ``sendfile`` for the record bytes
 (``MSG_MORE`` on the bytes before a file slice, so they share its first segment).
