@@ -1,12 +1,13 @@
 """Follower fetchers: Kafka's ``ReplicaFetcherThread`` as one asyncio task per source broker.
 
-A partition joins a fetcher when this broker becomes its follower, in the *truncating* state:
-the fetcher first asks the leader where this replica's latest leader epoch ends
-(OffsetForLeaderEpoch, KIP-101/279) and truncates the local log there, so a tail written under an
-older leader that the new leader never had is dropped before anything new is appended. Then it
-fetches from the log end with ``replica_id`` set, appends the leader's batches as they are (their
-offsets and leader epochs kept, no record decoded), and takes the leader's high watermark and log
-start offset from each response.
+A partition joins a fetcher when this broker becomes its follower and is fetched at once from its log end,
+with the epoch of its last batch (``last_fetched_epoch``). The leader checks that epoch against its own
+history (KIP-320's truncation on fetch, Kafka's path since 2.7): if our log holds a tail written under an
+older leader that this one lacks, the answer carries no records but a *diverging epoch* (the largest epoch the
+leader has up to ours and where it ends), and we truncate there (Kafka's ``getOffsetTruncationState``) and
+fetch again, so nothing new is appended on top of a divergent tail and no OffsetForLeaderEpoch round trip
+precedes the first fetch. Then the leader's batches are appended as they are (their offsets and leader
+epochs kept, no record decoded), and its high watermark and log start offset taken from each response.
 
 Each fetcher keeps an incremental fetch session (KIP-227, :mod:`strata.client.fetch_session`) with its
 leader: after the first full fetch only the partitions whose fetch offset moved are sent, and only those with
@@ -61,7 +62,7 @@ from strata.replication.truncation import offset_truncation_state
 
 log = logging.getLogger(__name__)
 
-FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
+FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23  # the last: the rebuild from remote storage only
 FETCH_VERSION, LIST_OFFSETS_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 8, 4
 EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
@@ -75,7 +76,6 @@ FETCHER_BYTES = prometheus_name("kafka.server:type=FetcherStats,name=BytesPerSec
 class FetchState:
     tp: TopicPartition
     leader_epoch: int
-    truncating: bool = True
     delayed_until: float = 0.0  # loop time before which the partition is not fetched
     leader_high_watermark: int = -1
     aux_warned_at: float | None = None  # loop time of the last warning about rebuilding from remote storage
@@ -234,16 +234,13 @@ class ReplicaFetcher:
                 continue
             try:
                 conn = await self._connection()
-                truncating = [s for s in ready if s.truncating]
-                if truncating:
-                    await self._truncate(conn, truncating)
-                fetching = [s for s in ready if not s.truncating and s.tp in self.partitions]
+                fetching = [s for s in ready if s.tp in self.partitions]
                 sendable = self._not_throttled(fetching)
                 if sendable:
                     # partitions held back resume once the quota allows: the others' long poll ends by then
                     held_s = self._quota_wait_s() if len(sendable) < len(fetching) else None
                     await self._fetch(conn, sendable, held_s)
-                elif fetching and not truncating:
+                elif fetching:
                     await self._wait_for_quota()
                 if self._failing:
                     log.info("replica fetcher for broker %d: connected again", self.source_id)
@@ -297,35 +294,6 @@ class ReplicaFetcher:
         if part is None or part.is_leader or part.leader != self.source_id or part.leader_epoch != state.leader_epoch:
             return None
         return part.log
-
-    # -- truncation ---------------------------------------------------------------------------------
-
-    async def _truncate(self, conn: AsyncBrokerConnection, states: list[FetchState]) -> None:
-        by_topic: dict[str, list[dict[str, int]]] = {}
-        for s in states:
-            plog = self._log_of(s)
-            if plog is None:
-                continue
-            latest = plog.leader_epoch_cache.latest_epoch
-            if latest is None:  # nothing written under any epoch: nothing can diverge
-                s.truncating = False
-                continue
-            by_topic.setdefault(s.tp.topic, []).append(
-                {"partition": s.tp.partition, "current_leader_epoch": s.leader_epoch, "leader_epoch": latest})
-        if not by_topic:
-            return
-        response = await conn.call(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=self.local_id,
-                                   topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
-        for state, plog, p in self._answered(((t.topic, t.partitions) for t in response.topics), "partition"):
-            if p.error_code:
-                self._partition_error(state, int(p.error_code), "OffsetForLeaderEpoch")
-                continue
-            offset, done = truncation_offset(plog, p.leader_epoch, p.end_offset)
-            if offset < plog.log_end_offset:  # records written under an older leader that this one lacks
-                log.warning("%s: truncating to %d (leader %d: epoch %d ends at %d; our end %d)", state.tp, offset,
-                            self.source_id, p.leader_epoch, p.end_offset, plog.log_end_offset)
-            plog.truncate_to(offset)  # also drops an epoch this replica led without writing (at the end)
-            state.truncating = not done
 
     def _answered(self, topics: Iterable[tuple[str, Any]], index_field: str
                   ) -> Iterator[tuple[FetchState, PartitionLog, Any]]:
@@ -409,7 +377,28 @@ class ReplicaFetcher:
             if p.error_code:
                 await self._fetch_error(conn, state, plog, int(p.error_code))
                 continue
+            diverging = p.diverging_epoch
+            if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
+                self._truncate_on_fetch(state, plog, int(diverging.epoch), int(diverging.end_offset))
+                continue
             self._append(state, plog, p.records, p.high_watermark, p.log_start_offset)
+
+    def _truncate_on_fetch(self, state: FetchState, plog: PartitionLog, leader_epoch: int, leader_end: int) -> None:
+        """The leader answered a diverging epoch: its history up to our last epoch ends at ``leader_end`` under
+        ``leader_epoch``. Truncate where the logs diverge (Kafka's ``truncateOnFetchResponse``); the next fetch
+        carries our new last epoch, and the leader checks again (an epoch we do not know cuts back to our
+        largest one below it and asks again with that, one fetch each)."""
+        offset, _ = truncation_offset(plog, leader_epoch, leader_end)
+        before = (plog.log_end_offset, plog.leader_epoch_cache.latest_epoch)
+        if offset < plog.log_end_offset:  # records written under an older leader that this one lacks
+            log.warning("%s: truncating to %d (leader %d: epoch %d ends at %d; our end %d)", state.tp, offset,
+                        self.source_id, leader_epoch, leader_end, plog.log_end_offset)
+        plog.truncate_to(offset)  # also drops an epoch this replica led without writing (at the end)
+        if (plog.log_end_offset, plog.leader_epoch_cache.latest_epoch) == before:
+            # nothing moved, so the same fetch would be answered the same way: not in a tight loop
+            log.warning("%s: leader %d answered diverging epoch %d ending at %d, which truncates nothing here "
+                        "(our end %d)", state.tp, self.source_id, leader_epoch, leader_end, plog.log_end_offset)
+            self._delay(state)
 
     def _append(self, state: FetchState, plog: PartitionLog, records: bytes | None, leader_hw: int,
                 leader_log_start: int) -> None:
@@ -516,7 +505,6 @@ class ReplicaFetcher:
                  "producer state from the remote segment ending at %d)", state.tp, leader_start, aux.next_offset - 1,
                  aux.next_offset, aux.next_offset - 1)
         plog.restore_from_remote_tier(aux.next_offset, leader_start, aux.epochs, aux.producer_snapshot)
-        state.truncating = False
 
     async def _epoch_end(self, conn: AsyncBrokerConnection, state: FetchState, epoch: int) -> tuple[int, int] | None:
         response = await conn.call(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=self.local_id,
@@ -598,7 +586,7 @@ class ReplicaFetcherManager:
         return fetcher_id(tp, self.num_fetchers)
 
     def follow(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
-        """(Re)start fetching ``tp`` from ``leader``, truncating first (a new leader or a new epoch)."""
+        """(Re)start fetching ``tp`` from ``leader`` (a new leader or a new epoch): the first fetch checks our tail."""
         self.unfollow(tp)
         if leader < 0 or leader == self.local_id:
             return

@@ -46,7 +46,7 @@ from strata.broker.wire.dispatch import RequestContext, Spliced, handles
 from strata.common import TopicPartition
 from strata.diskless.coordinator.api import FindBatchRequest
 from strata.diskless.placement import NO_BROKER, preferred_read_replica
-from strata.errors import ErrorCode, KafkaError
+from strata.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from strata.log.partition_log import FetchIsolation, PartitionLog
 from strata.protocol.frame import Splice
 from strata.security.acl import AclOperation, ResourceType
@@ -203,7 +203,14 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
                        budget: int, state: _FetchState, out: dict[str, Any]) -> dict[str, Any]:
     """A follower's fetch: up to the log end (not the HW), never from the remote tier (it is told
     OFFSET_MOVED_TO_TIERED_STORAGE and starts its local log at ours), and its fetch offset is its
-    log end offset: the leader's ISR and high watermark move with it."""
+    log end offset: the leader's ISR and high watermark move with it. A follower whose last epoch diverges
+    from ours is answered where our history of it ends (:func:`_diverging_epoch`) and nothing else: its fetch
+    offset is not a position in our log, so it moves neither the ISR nor the high watermark."""
+    diverging = _diverging_epoch(plog, p)
+    if diverging is not None:
+        out.update(diverging_epoch=diverging, high_watermark=plog.high_watermark,
+                   last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset)
+        return out
     if plog.log_start_offset <= p.fetch_offset < plog.local_log_start_offset:
         state.errors = True
         out.update(error_code=ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE, high_watermark=plog.high_watermark,
@@ -233,6 +240,25 @@ def _read_for_follower(ctx: RequestContext, tp: TopicPartition, plog: PartitionL
     if state.bytes > before:
         state.replication_bytes[tp.topic] = state.replication_bytes.get(tp.topic, 0) + state.bytes - before
     return out
+
+
+def _diverging_epoch(plog: PartitionLog, p: Any) -> dict[str, int] | None:
+    """KIP-320's truncation on fetch (Kafka's ``Partition.readRecords``): the follower's ``last_fetched_epoch``
+    against our epoch history. None when its log is a prefix of ours (it fetches on); else the largest epoch
+    we have up to its last one and where that ends, which is where it truncates. An epoch we cannot place, or
+    a fetch offset below our log start, is OFFSET_OUT_OF_RANGE (it then asks for our offsets)."""
+    last = getattr(p, "last_fetched_epoch", -1)
+    if last < 0:  # an empty follower log, or a client that does not say: nothing to check
+        return None
+    epoch, end = plog.leader_epoch_cache.end_offset_for(last, plog.log_end_offset)
+    if epoch < 0 or end < 0:
+        raise OffsetOutOfRangeError(f"cannot determine the end offset of the last fetched epoch {last}")
+    if p.fetch_offset < plog.log_start_offset:
+        raise OffsetOutOfRangeError(f"fetch offset {p.fetch_offset} is below the log start offset "
+                                    f"{plog.log_start_offset}")
+    if epoch < last or end < p.fetch_offset:
+        return {"epoch": epoch, "end_offset": end}
+    return None
 
 
 def _attach(out: dict[str, Any], records: Any, state: _FetchState) -> None:
