@@ -3,12 +3,18 @@
     .venv/bin/python bench/cluster_bench.py [--quick] [--mib N] [--kills N]
 
 1. produce: acks=all to an RF=3 topic (min.insync.replicas=2) against acks=1 to an RF=1 topic,
-   same producer settings, same run; MB/s and broker CPU-seconds per GiB (all brokers summed).
+   same producer settings (idempotence off: librdkafka refuses it with acks=1), same run; MB/s and
+   broker CPU-seconds per GiB (all brokers summed), and the producer's own CPU-seconds per GiB. Beside
+   them the same acks=all run with an idempotent producer: librdkafka caps it at 5 requests in flight
+   per partition, and while the cap holds back a full batch its broker thread polls without sleeping
+   (``rd_kafka_toppar_producer_serve``: a wakeup "now", 1 us while flushing), so on this 2-core machine
+   the client's spin takes CPU from the brokers; its producer CPU figure shows how much.
 2. catch-up: a follower stopped, N MiB produced, the follower started: MB/s until it is back in
    the ISR, against one consumer reading the same N MiB from the leader.
 3. failover: ``kill -9`` of a partition's leader until the first acks=all write acknowledged by its
    successor; median and p99 over --kills kills (target: under zookeeper.session.timeout.ms + 1 s).
-4. latency: produce p99 of acks=all RF=3 at half of the maximum rate measured in 1.
+4. latency: produce p99 of acks=all RF=3 (idempotent) at half of the idempotent maximum rate measured
+   in 1, against acks=1 RF=1 at the same rate.
 
 Writes bench/out/cluster_bench.json. Every process is stopped by its pid at the end.
 """
@@ -16,6 +22,7 @@ Writes bench/out/cluster_bench.json. Every process is stopped by its pid at the 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -54,10 +61,16 @@ def brokers_cpu(cluster: Cluster) -> float:
     return sum(cpu_seconds(b.pid()) for b in cluster.brokers.values())
 
 
-def produce_bulk(bootstrap: str, topic: str, nbytes: int, acks: str) -> float:
+def process_cpu() -> float:
+    """CPU-seconds of this process so far, every thread (the producer's librdkafka threads included)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def produce_bulk(bootstrap: str, topic: str, nbytes: int, acks: str, idempotent: bool = False) -> float:
     """Seconds to produce ``nbytes`` of 1 KiB records and have them all acknowledged."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 10, "batch.size": 512 * 1024,
-                  "enable.idempotence": acks == "all", "queue.buffering.max.kbytes": 512 * 1024,
+                  "enable.idempotence": idempotent, "queue.buffering.max.kbytes": 512 * 1024,
                   "compression.type": "none"})
     value = os.urandom(RECORD)
     n = nbytes // RECORD
@@ -98,13 +111,16 @@ def bench_produce(cluster: Cluster, mib: int) -> dict:
     cluster.wait_full_isr("b-rf3")
     cluster.wait_full_isr("b-rf1")
     out = {}
-    for name, topic, acks in (("acks=1 RF=1", "b-rf1", "1"), ("acks=all RF=3", "b-rf3", "all")):
-        cpu0 = brokers_cpu(cluster)
-        seconds = produce_bulk(cluster.bootstrap, topic, mib << 20, acks)
-        cpu = brokers_cpu(cluster) - cpu0
+    runs = (("acks=1 RF=1", "b-rf1", "1", False), ("acks=all RF=3", "b-rf3", "all", False),
+            ("acks=all RF=3 idempotent", "b-rf3", "all", True))
+    for name, topic, acks, idempotent in runs:
+        cpu0, own0 = brokers_cpu(cluster), process_cpu()
+        seconds = produce_bulk(cluster.bootstrap, topic, mib << 20, acks, idempotent)
+        cpu, own = brokers_cpu(cluster) - cpu0, process_cpu() - own0
         out[name] = {"MB/s": (mib << 20) / seconds / 1e6, "broker_cpu_s_per_GiB": cpu / (mib / 1024),
-                     "seconds": seconds}
+                     "producer_cpu_s_per_GiB": own / (mib / 1024), "seconds": seconds}
     out["ratio"] = out["acks=all RF=3"]["MB/s"] / out["acks=1 RF=1"]["MB/s"]
+    out["ratio_idempotent"] = out["acks=all RF=3 idempotent"]["MB/s"] / out["acks=1 RF=1"]["MB/s"]
     return out
 
 
@@ -174,6 +190,9 @@ def bench_latency(cluster: Cluster, rate: float, seconds: float, topic: str = "b
     interval = 1.0 / rate
     deadline = time.perf_counter() + seconds
     nxt = time.perf_counter()
+    # The client's own garbage collections (its list of a million latencies, a closure per record) paused
+    # this loop for 25 ms and more and were counted as the brokers' latency: off while timing.
+    gc.disable()
     while time.perf_counter() < deadline:
         sent = time.perf_counter()
         p.produce(topic, value=value, on_delivery=lambda e, _m, s=sent: e is None and lat.append(
@@ -181,6 +200,7 @@ def bench_latency(cluster: Cluster, rate: float, seconds: float, topic: str = "b
         nxt += interval
         p.poll(max(0.0, nxt - time.perf_counter()))
     p.flush(60)
+    gc.enable()
     lat.sort()
     return {"rate_per_s": rate, "records": len(lat), "p50_ms": lat[len(lat) // 2] * 1000,
             "p99_ms": lat[int(0.99 * len(lat))] * 1000, "max_ms": lat[-1] * 1000}
@@ -206,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.start()
             results["produce"] = bench_produce(cluster, mib)
             print("produce:", json.dumps(results["produce"], indent=1))
-            max_rate = (mib << 20) / RECORD / results["produce"]["acks=all RF=3"]["seconds"]
+            max_rate = (mib << 20) / RECORD / results["produce"]["acks=all RF=3 idempotent"]["seconds"]
             seconds = 10 if args.quick else 30
             results["latency_at_half_max"] = bench_latency(cluster, max_rate / 2, seconds)
             results["latency_at_half_max_baseline_acks1_rf1"] = bench_latency(cluster, max_rate / 2, seconds,

@@ -455,7 +455,8 @@ class Broker:
                                                                  self.logs.cleanup_logs, "retention",
                                                                  self.config.log_initial_task_delay_ms)))
         self._background.append(loop.create_task(self._periodic(
-            self.config.log_flush_offset_checkpoint_interval_ms or 60_000, self.logs.checkpoint, "checkpoint")))
+            self.config.log_flush_offset_checkpoint_interval_ms or 60_000, self.logs.checkpoint_in_background,
+            "checkpoint")))
         self._background.append(loop.create_task(self._periodic(1000, self.logs.flush_dirty_logs, "flush")))
         self._background.append(loop.create_task(self._periodic(
             self.config.producer_id_expiration_check_interval_ms,
@@ -465,7 +466,7 @@ class Broker:
             self._background.append(loop.create_task(self._periodic(
                 max(1, lag_ms // 2), lambda: self.replicas.maybe_shrink_isr(lag_ms), "isr-shrink")))
             self._background.append(loop.create_task(self._periodic(
-                self.config.cluster.replica_high_watermark_checkpoint_interval_ms, self.logs.checkpoint,
+                self.config.cluster.replica_high_watermark_checkpoint_interval_ms, self.logs.checkpoint_in_background,
                 "high-watermark-checkpoint")))
             self.cluster.endpoints = [replace(ep, port=ep.port or self._bound[ep.listener])
                                       for ep in self.cluster.endpoints]
@@ -597,7 +598,7 @@ class Broker:
         first_dir = self.config.log_dirs[0]
         rlm = RemoteLogManager(self.config.remote, broker_id=self.node_id, log_dir=first_dir,
                                cluster_id=self.cluster_id, clock=self.clock, log_for=self.logs.get_log,
-                               on_log_start_changed=self.logs.checkpoint, stats=self.stats)
+                               on_log_start_changed=self.logs.checkpoint_in_background, stats=self.stats)
         set_topic = getattr(rlm.rlmm, "set_metadata_topic", None)
         if set_topic is not None:
             loop = asyncio.get_running_loop()

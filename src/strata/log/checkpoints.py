@@ -52,12 +52,14 @@ class EpochEntry(NamedTuple):
 # -- durable write ----------------------------------------------------------------------------
 
 
-def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
+def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview], durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file, never a torn one.
 
     Kafka's recipe: write ``<file>.tmp``, fsync it, rename it over the target, fsync the directory
     (the rename itself is only durable once the directory entry is on disk). ``data`` may be a list of
     buffers, written in order: a large file (the RLMM snapshot's arrays) is never joined into one copy.
+    ``durable=False`` skips both fsyncs, for a file whose reader detects a torn copy (a CRC) and whose
+    writer fsyncs it later off the event loop (:func:`fsync_file_and_dir`).
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -68,10 +70,12 @@ def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None
                 for chunk in data:
                     f.write(chunk)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         crash_point("checkpoint.before_rename", path.name)  # the new version is durable, not yet in place
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)
     except OSError as e:
         _unlink_quietly(tmp)
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
@@ -87,6 +91,12 @@ def fsync_path(path: Path) -> None:
 
 
 fsync_dir = fsync_path
+
+
+def fsync_file_and_dir(path: Path) -> None:
+    """Make a file written with ``atomic_write(durable=False)`` durable, its name included."""
+    fsync_path(path)
+    fsync_dir(path.parent)
 
 
 def _unlink_quietly(path: Path) -> None:

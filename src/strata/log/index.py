@@ -19,6 +19,7 @@ import errno
 import mmap
 import os
 import struct
+import threading
 from pathlib import Path
 
 from strata.errors import KafkaStorageError
@@ -42,6 +43,11 @@ class IndexFile:
         self._max_entries = 0
         self._tail: tuple[int, ...] | None = None  # last entry, cached: appends compare against it
         self._reserved = 0  # bytes from the start of the mapped file known to have disk blocks
+        self._unflushed = False  # trimmed without an fsync: the next flush makes it durable
+        # A roll's trim leaves the file at its preallocated size; the flush on the scheduler's thread, or
+        # whatever touches the file first, cuts it to this length (under the lock: both threads may).
+        self._pending_length: int | None = None
+        self._lock = threading.Lock()
         if writable:
             self._open_writable(max_index_size)
 
@@ -49,6 +55,7 @@ class IndexFile:
 
     def _open_writable(self, max_index_size: int) -> None:
         """Map the file; a new file is preallocated, an existing one keeps its entries."""
+        self.settle()
         existed = self.path.exists()
         with open(self.path, "a+b") as f:
             length = os.fstat(f.fileno()).st_size
@@ -69,10 +76,24 @@ class IndexFile:
     def _round_down(self, size: int) -> int:
         return max(size, 0) // self.entry_size * self.entry_size
 
+    def settle(self) -> None:
+        """Apply a trim's deferred truncation now: before the file is read, reopened, renamed or fsynced here,
+        and before anyone reads it by its path (the tiered copier uploads the files as they are)."""
+        with self._lock:
+            length, self._pending_length = self._pending_length, None
+            if length is None:
+                return
+            try:
+                with open(self.path, "r+b") as f:
+                    os.ftruncate(f.fileno(), length)
+            except FileNotFoundError:
+                pass  # deleted meanwhile (retention, truncation): nothing to cut
+
     def _buffer(self) -> bytes | mmap.mmap:
         if self._mm is not None:
             return self._mm
         if self._data is None:
+            self.settle()
             try:
                 self._data = self.path.read_bytes()
             except FileNotFoundError:
@@ -189,6 +210,7 @@ class IndexFile:
         self._entries = n
         self._tail = None
         if self._mm is None:
+            self.settle()
             with open(self.path, "r+b") as f:
                 os.ftruncate(f.fileno(), n * self.entry_size)
             self._data = None
@@ -197,8 +219,21 @@ class IndexFile:
         self._truncate_to_entries(0)
 
     def flush(self) -> None:
+        """Make the entries durable (a segment's flush: on the scheduler's thread after a roll)."""
         if self._mm is not None:
             self._mm.flush()
+            return
+        self.settle()
+        if self._unflushed:
+            self._unflushed = False
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:  # deleted meanwhile (retention, truncation): nothing to make durable
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def resize(self, max_index_size: int) -> None:
         """Make the index writable with room up to ``max_index_size`` (the active segment on load)."""
@@ -208,18 +243,31 @@ class IndexFile:
         self._open_writable(max(self._round_down(max_index_size), entries * self.entry_size))
         self._entries = entries
 
-    def trim_to_valid_size(self) -> None:
-        """Shrink the file to its entries and drop the mapping: the segment became inactive."""
+    def trim_to_valid_size(self, sync: bool = True) -> None:
+        """Shrink the file to its entries and drop the mapping: the segment became inactive.
+
+        ``sync=False`` (a roll, on the event loop) leaves the cut of the preallocated file and the written
+        pages to the segment's flush on the scheduler's thread (:meth:`flush`): an msync, an fsync and an
+        ftruncate (freeing the preallocated blocks: an ext4 journal handle, which waits for the commit a
+        large fsync elsewhere started) here stalled the broker for 30 to 50 ms at every roll under a heavy
+        write load. Until then reads use the entries kept in memory."""
         if self._mm is None:
+            if sync:
+                self.flush()
             return
         n = self._entries
         data = bytes(self._mm[: n * self.entry_size])
-        self._mm.flush()
-        self._mm.close()
+        if sync:
+            self._mm.flush()
+        self._mm.close()  # unmapped, its dirty pages stay in the page cache until written or fsynced
         self._mm = None
-        with open(self.path, "r+b") as f:
-            os.ftruncate(f.fileno(), n * self.entry_size)
-            os.fsync(f.fileno())
+        if sync:
+            with open(self.path, "r+b") as f:
+                os.ftruncate(f.fileno(), n * self.entry_size)
+                os.fsync(f.fileno())
+        else:
+            self._pending_length = n * self.entry_size
+        self._unflushed = not sync
         self._data = data
         self._entries = self._max_entries = n
 
@@ -228,9 +276,11 @@ class IndexFile:
             self._mm.flush()
             self._mm.close()
             self._mm = None
+        self.settle()
         self._data = None
 
     def rename_to(self, path: Path) -> None:
+        self.settle()
         if self.path.exists():
             os.replace(self.path, path)
         self.path = path

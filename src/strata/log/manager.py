@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -81,6 +82,10 @@ def _read_offsets_or_reset(path: Path, consequence: str) -> dict[TopicPartition,
         return {}
 
 
+# a log directory and the contents of its three checkpoint files: recovery points, log starts, high watermarks
+_DirCheckpoints = tuple[Path, dict[TopicPartition, int], dict[TopicPartition, int], dict[TopicPartition, int]]
+
+
 class LogManager:
     def __init__(self, log_dirs: Iterable[Path], config_for: ConfigFor, clock: Clock, scheduler: Scheduler,
                  *, remote_log_enabled_for: Callable[[str], bool] | None = None) -> None:
@@ -97,6 +102,9 @@ class LogManager:
         self._deferring = 0  # depth of deferred_checkpoint() blocks
         self.moving: dict[TopicPartition, tuple[Path, Path]] = {}  # tp -> (target log dir, its -future dir)
         self._deleted_since_checkpoint: set[TopicPartition] = set()
+        self._checkpoint_lock = threading.Lock()  # the event loop's rewrites and the scheduler thread's
+        self._checkpoint_taken = 0
+        self._checkpoint_written = 0
         # The log cleaner's view of the logs (their clean offsets); its threads are the broker's to start.
         self.cleaner_manager = LogCleanerManager(self.log_dirs, lambda: self._logs, self.log_dir_of)
 
@@ -342,16 +350,49 @@ class LogManager:
     # -- periodic work -------------------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write recovery points, log start offsets and high watermarks of every log, per directory."""
+        """Write recovery points, log start offsets and high watermarks of every log, per directory, now."""
+        self._write_checkpoints(self._checkpoint_contents())
+        self._deleted_since_checkpoint.clear()
+
+    def checkpoint_in_background(self) -> None:
+        """The same checkpoints, taken now and written on the scheduler's thread (the periodic ones).
+
+        Each rewrite is three files with two fsyncs each, and under a heavy write load on ext4 an fsync
+        waits for a journal commit: on the event loop that stalled every request for up to 300 ms every
+        ``replica.high.watermark.checkpoint.interval.ms`` (Kafka writes them from its scheduler's threads too).
+        A rewrite taken earlier never lands after a later one. Logs deleted meanwhile stay noted until a
+        rewrite on the loop: a new log of such a partition still writes the checkpoints first."""
+        contents = self._checkpoint_contents()
+
+        def write() -> None:
+            try:
+                self._write_checkpoints(contents)
+            except KafkaStorageError as e:  # e.g. a full disk: expected, the next round tries again
+                log.error("writing the log directories' checkpoints failed: %s", e)
+
+        self._scheduler.schedule("checkpoint", write)
+
+    def _checkpoint_contents(self) -> tuple[int, list[_DirCheckpoints]]:
+        """(sequence number, per directory: its recovery points, log start offsets, high watermarks)."""
+        contents = []
         for log_dir in self.log_dirs:
             mine = {tp: plog for tp, plog in self._logs.items() if self._dir_of.get(tp) == log_dir}
-            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: p.recovery_point for tp, p in mine.items()})
-            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: p.log_start_offset for tp, p in mine.items() if p.log_start_offset > 0})
-            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(
-                {tp: p.high_watermark for tp, p in mine.items()})
-        self._deleted_since_checkpoint.clear()
+            contents.append((log_dir, {tp: p.recovery_point for tp, p in mine.items()},
+                             {tp: p.log_start_offset for tp, p in mine.items() if p.log_start_offset > 0},
+                             {tp: p.high_watermark for tp, p in mine.items()}))
+        self._checkpoint_taken += 1
+        return self._checkpoint_taken, contents
+
+    def _write_checkpoints(self, taken: tuple[int, list[_DirCheckpoints]]) -> None:
+        seq, contents = taken
+        with self._checkpoint_lock:
+            if seq <= self._checkpoint_written:  # a later one is on disk already
+                return
+            for log_dir, recovery_points, log_starts, high_watermarks in contents:
+                OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(recovery_points)
+                OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(log_starts)
+                OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(high_watermarks)
+            self._checkpoint_written = seq
 
     def remove_expired_producers(self, expiration_ms: int) -> int:
         """Kafka's producer expiration check (every ``producer.id.expiration.check.interval.ms``): each log

@@ -440,9 +440,10 @@ def _decode_entry(data: bytes, position: int) -> ProducerStateEntry:
     return entry
 
 
-def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry]) -> None:
-    """Durably write a snapshot file (tmp + fsync + rename, so a crash never leaves half a file)."""
-    atomic_write(path, encode_snapshot(entries))
+def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], durable: bool = True) -> None:
+    """Write a snapshot file (tmp + fsync + rename, so a crash never leaves half a file). ``durable=False``:
+    no fsync yet (a torn or empty file fails its CRC at load and the next older snapshot is used)."""
+    atomic_write(path, encode_snapshot(entries), durable=durable)
 
 
 def read_snapshot(path: Path) -> list[ProducerStateEntry]:
@@ -579,12 +580,13 @@ class ProducerStateManager:
     def snapshot_file(self, offset: int) -> Path | None:
         return self._snapshot_path(offset) if offset in self._snapshots else None
 
-    def take_snapshot(self) -> Path | None:
-        """Write ``<map_end_offset>.snapshot`` unless a snapshot at that offset or later was taken."""
+    def take_snapshot(self, durable: bool = True) -> Path | None:
+        """Write ``<map_end_offset>.snapshot`` unless a snapshot at that offset or later was taken.
+        ``durable=False``: the caller fsyncs the returned file later (Kafka's ``takeSnapshot(false)``)."""
         if self._map_end_offset <= self._last_snap_offset:
             return None
         path = self._snapshot_path(self._map_end_offset)
-        write_snapshot(path, [self._producers[pid] for pid in sorted(self._producers)])
+        write_snapshot(path, [self._producers[pid] for pid in sorted(self._producers)], durable)
         log.info("wrote producer snapshot %s with %d producer ids", path, len(self._producers))
         self._snapshots.add(self._map_end_offset)
         self._last_snap_offset = self._map_end_offset

@@ -235,8 +235,8 @@ class LogSegment:
         self._forget_tail()
         ts = self.max_timestamp_and_offset_so_far
         self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        self.offset_index.trim_to_valid_size(sync=False)  # fsynced with the segment, in the background
+        self.time_index.trim_to_valid_size(sync=False)
 
     def resize_indexes(self, max_index_size: int) -> None:
         """Reopen the indexes for appends: the segment is (again) the active one."""

@@ -66,6 +66,8 @@ def build_copy_request(plog: PartitionLog, candidate: CopyCandidate, segment_id:
         snapshot = scratch_dir / f"{plog.topic_partition}-{next_base:020d}.snapshot"
         snapshot.write_bytes(encode_snapshot([]))
     txn = segment.txn_index.path
+    segment.offset_index.settle()  # a roll's trim may still leave the files at their preallocated size
+    segment.time_index.settle()
     metadata = RemoteLogSegmentMetadata(
         remote_log_segment_id=segment_id, start_offset=segment.base_offset, end_offset=next_base - 1,
         max_timestamp_ms=segment.largest_timestamp, broker_id=broker_id, event_timestamp_ms=now_ms,

@@ -102,8 +102,8 @@ def test_corrupt_index_is_rebuilt_on_reopen(open_log, clock, tmp_path, damage):
     plog = open_log(CONFIG)
     values = fill(plog, clock)
     first = plog.segments[0]
+    plog.close()  # the indexes trimmed to their entries (a roll leaves that to the segment's flush)
     good_index = first.offset_index.path.read_bytes()
-    plog.close()
     index = tmp_path / "t-0" / "00000000000000000000.index"
     timeindex = index.with_suffix(".timeindex")
     assert len(good_index) >= 16
@@ -172,10 +172,38 @@ def test_index_with_negative_last_position_is_rebuilt(open_log, clock):
     """Garbage can decode to a negative int32 position: that is a corrupt index, never a pread(-n)."""
     plog = open_log(CONFIG)
     values = fill(plog, clock)
-    good_index = plog.segments[0].offset_index.path.read_bytes()
     plog.close()
+    good_index = plog.segments[0].offset_index.path.read_bytes()
     index = plog.dir / "00000000000000000000.index"
     index.write_bytes(good_index[:-4] + (-55978829).to_bytes(4, "big", signed=True))
     reopened = open_log(CONFIG, had_clean_shutdown=True)
     assert index.read_bytes() == good_index
     assert read_all(reopened) == values
+
+
+def test_a_rolled_segment_truncated_back_into_before_its_flush_keeps_a_valid_index(open_log, clock, scheduler,
+                                                                                   tmp_path):
+    """A roll leaves the index file's cut to the background flush; a follower truncating back into that
+    segment first (it becomes the active one again) must neither lose entries nor let the late cut land."""
+    plog = open_log(CONFIG)
+    values = fill(plog, clock)
+    assert len(plog.segments) > 2
+    second = plog.segments[1]
+    plog.truncate_to(second.base_offset + 4)  # back into the second segment: it is the active one again
+    assert plog.segments[-1] is second and second.offset_index.writable
+    scheduler.run_pending()  # the flushes the rolls scheduled run now, after the truncation
+    for i in range(40):  # a new leader's records on top (rolls again)
+        b = BatchBuilder(base_offset=plog.log_end_offset, partition_leader_epoch=5)
+        b.append(b"after-%d" % i * 20, timestamp=clock.milliseconds())
+        plog.append_as_follower(b.build())
+    scheduler.run_pending()
+    entries = {seg.offset_index.path.name: seg.offset_index.entries for seg in plog.segments}
+    plog.close()
+    for name, n in entries.items():
+        data = (tmp_path / "t-0" / name).read_bytes()
+        assert len(data) == n * 8, f"{name}: {len(data)} bytes for {n} entries"
+        relative = [int.from_bytes(data[i:i + 4], "big") for i in range(0, len(data), 8)]
+        assert relative == sorted(set(relative)), name  # no zeroed tail, no entry twice
+    reopened = open_log(CONFIG, had_clean_shutdown=True)
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert read_all(reopened)[:second.base_offset + 4] == values[:second.base_offset + 4]

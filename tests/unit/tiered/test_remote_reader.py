@@ -158,6 +158,8 @@ def tier(plog: PartitionLog, rsm: RemoteStorageManager,
         end = following.base_offset
         epochs = plog.leader_epoch_cache.epoch_entries_in_range(segment.base_offset, end)
         txn = segment.txn_index.path if not segment.txn_index.is_empty else None
+        segment.offset_index.settle()  # as the copier does: a roll may leave the cut to the background flush
+        segment.time_index.settle()
         md = RemoteLogSegmentMetadata(
             RemoteLogSegmentId.generate_new(TP), segment.base_offset, end - 1, segment.max_timestamp_so_far,
             broker_id=0, event_timestamp_ms=0, segment_size_in_bytes=segment.size,
