@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"nemesis: {REASON}"
 
 
 def test_short_seeded_nemesis_run_finds_no_anomaly(tmp_path: Path) -> None:
-    r = run(tmp_path / "seed-11", seed=11, windows=3, fault_s=12, quiet_s=8, warmup_s=8,
+    r = run(tmp_path / "seed-11", seed=11, windows=3, fault_s=9, quiet_s=6, warmup_s=6,
             kinds=["zk-isolate", "isolate-but-clients", "kill"], log=False)
     report = (r.out / "report.txt").read_text()
     assert not r.workload_errors, r.workload_errors
