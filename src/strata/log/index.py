@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 from strata.errors import KafkaStorageError
+from strata.log.checkpoints import fsync_path
 from strata.log.errors import CorruptIndexError, IndexFullError
 
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
@@ -227,13 +228,9 @@ class IndexFile:
         if self._unflushed:
             self._unflushed = False
             try:
-                fd = os.open(self.path, os.O_RDONLY)
+                fsync_path(self.path)
             except FileNotFoundError:  # deleted meanwhile (retention, truncation): nothing to make durable
-                return
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                pass
 
     def resize(self, max_index_size: int) -> None:
         """Make the index writable with room up to ``max_index_size`` (the active segment on load)."""
