@@ -70,6 +70,7 @@ from strata.tiered.api import (
     load_class,
     uuid_to_str,
 )
+from strata.tiered.chunk_cache import chunk_cache_config
 from strata.tiered.compaction import RemoteCompaction
 from strata.tiered.copier import (
     CopyCandidate,
@@ -241,6 +242,7 @@ class RemoteLogManager:
                            config.rlmm_configs(broker_id, log_dir, cluster_id))
         self.rsm = rsm
         self.rlmm = rlmm
+        self.chunk_cache_config = chunk_cache_config(config.rsm_props, log_dir)
         self.index_cache: RemoteIndexCache | None = None
         self.reader: RemoteLogReader | None = None
         self._partitions: dict[TopicPartition, PartitionTierState] = {}
@@ -288,11 +290,21 @@ class RemoteLogManager:
                                       prefetch_submit=self._reader.submit,
                                       corrupt_segment_action=self.config.reader_corrupt_segment_action,
                                       on_corrupt_segment=lambda tip, n: self.stats.corrupt_segments.record(
-                                          tip.topic, tip.partition, n))
+                                          tip.topic, tip.partition, n),
+                                      chunk_cache=self.chunk_cache_config.build() if self.chunk_cache_config
+                                      else None)
         self.stats.remote.RemoteLogReaderTaskQueueSize.set_function(lambda: self._pending_reads)
         read_ahead = self.reader.read_ahead
         if read_ahead is not None:
             self.stats.remote.RemoteLogReaderPrefetchBytes.set_function(lambda: read_ahead.bytes)
+        cache = self.reader.chunk_cache
+        if cache is not None:  # Strata's own, in the RemoteLogManager's family (Aiven exports Caffeine's stats)
+            for name, fn, text in (("Hits", lambda: cache.hits, "Chunks served from the chunk cache."),
+                                   ("Misses", lambda: cache.misses, "Chunks not in the chunk cache (loaded)."),
+                                   ("Evictions", lambda: cache.evictions, "Chunks evicted (size or retention)."),
+                                   ("Bytes", lambda: cache.bytes, "Bytes held by the chunk cache.")):
+                self.stats.registry.gauge(f"kafka_log_remote_RemoteLogManager_RemoteLogChunkCache{name}", text,
+                                          fn=fn)
         self._start_scrubber()
 
     async def close(self) -> None:

@@ -87,7 +87,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from strata.errors import (
     CorruptRecordError,
@@ -115,6 +115,7 @@ from strata.tiered.api import (
     TopicIdPartition,
     uuid_to_str,
 )
+from strata.tiered.chunk_cache import CachedSegmentReads, ChunkCache
 from strata.tiered.index_cache import OffsetEntryLookup, RemoteIndexCache
 from strata.tiered.storage.object_format import CorruptObjectError
 
@@ -733,14 +734,20 @@ class RemoteLogReader:
                  prefetch_window_bytes: int = DEFAULT_PREFETCH_WINDOW_BYTES,
                  prefetch_submit: Callable[[Callable[[], None]], Any] | None = None,
                  corrupt_segment_action: str = "fail",
-                 on_corrupt_segment: Callable[[TopicIdPartition, int], None] | None = None) -> None:
-        """``prefetch_submit`` runs a read-ahead task on the reader pool (``Executor.submit``); read-ahead
+                 on_corrupt_segment: Callable[[TopicIdPartition, int], None] | None = None,
+                 chunk_cache: ChunkCache | None = None) -> None:
+        """``chunk_cache`` (``fetch.chunk.cache.*``) puts every segment read through cached chunks
+        (:mod:`strata.tiered.chunk_cache`). ``prefetch_submit`` runs a read-ahead task on the reader pool
+        (``Executor.submit``); read-ahead
         is on when it is given and ``prefetch_total_bytes`` and ``prefetch_windows`` are positive.
         ``on_corrupt_segment(tp, n)`` is called (on a reader thread) when a segment of ``tp`` is found
         corrupt or forgotten, with the number of its segments now known corrupt (a metric)."""
         if corrupt_segment_action not in CORRUPT_SEGMENT_ACTIONS:
             raise ValueError(f"corrupt segment action must be one of {CORRUPT_SEGMENT_ACTIONS}, "
                              f"got {corrupt_segment_action!r}")
+        self.chunk_cache = chunk_cache
+        if chunk_cache is not None:
+            rsm = cast(RemoteStorageManager, CachedSegmentReads(rsm, chunk_cache))
         self.rsm = rsm
         self.rlmm = rlmm
         self.index_cache = index_cache
@@ -771,6 +778,8 @@ class RemoteLogReader:
         and what was known about its corruption."""
         if self.read_ahead is not None:
             self.read_ahead.forget(segment_id)
+        if self.chunk_cache is not None:
+            self.chunk_cache.forget(segment_id)
         with self._lock:
             known = self._corrupt.pop(segment_id, None)
             self._unusable_indexes.discard(segment_id)
@@ -787,6 +796,8 @@ class RemoteLogReader:
     def close(self) -> None:
         if self.read_ahead is not None:
             self.read_ahead.clear()
+        if self.chunk_cache is not None:
+            self.chunk_cache.close()
 
     # -- fetch ---------------------------------------------------------------------------------
 
@@ -874,6 +885,8 @@ class RemoteLogReader:
             return self._read_segment_once(tp, leader_epochs, md, fetch_offset, max_bytes, min_one_message)
         except INVALID_DATA as first:
             problem: Exception = first
+        if self.chunk_cache is not None:  # the bad bytes may be a cached transfer that went bad
+            self.chunk_cache.forget(md.remote_log_segment_id.id)
         try:  # once more from scratch: a corrupt index or a bad transfer, or really corrupt data?
             result, _ = self._read_segment_once(tp, leader_epochs, md, fetch_offset, max_bytes, min_one_message,
                                                 fresh=True)

@@ -1,0 +1,493 @@
+"""The remote tier's chunk cache: fixed-size chunks of remote segments kept on local disk (or in memory),
+so that a consumer re-reading the hot part of the tier is served at local speed instead of the store's.
+
+Aiven's design (``peer-systems.md`` §1.6, its ``DiskChunkCache`` / ``MemoryChunkCache``) and Aiven's config
+names, under the RSM prefix (``rsm.config.``) as there:
+
+* ``fetch.chunk.cache.class``: ``none`` (the default: reads go to the store), ``disk``, ``memory``, or
+  Aiven's class names (``io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache`` / ``MemoryChunkCache``).
+* ``fetch.chunk.cache.size``: bytes the cache may hold (required with a cache; ``-1`` unbounded, as in
+  Aiven); at least one chunk.
+* ``fetch.chunk.cache.retention.ms``: a chunk untouched this long is dropped (600000; ``-1`` never).
+* ``fetch.chunk.cache.path``: the disk cache's directory (default ``remote-chunk-cache`` under the first
+  log dir). Its contents are wiped at start: derived data, and a directory left by a crash may hold anything.
+* ``chunk.size``: the chunk size, the object format's (4 MiB).
+
+Any other ``fetch.chunk.cache.*`` key is refused, naming it: Aiven's ``prefetch.max.size`` because
+Strata's read-ahead (``remote.log.reader.prefetch.*``) crosses segment boundaries, which Aiven's cannot, and
+``get.timeout.ms`` / ``thread.pool.size`` because chunks are loaded on the reader thread that asks for them.
+
+Design:
+
+* **Chunks of the segment's original bytes** (the ``.log`` as the broker wrote it), so the cache serves
+  plain (v1) objects and the chunked, compressed, encrypted objects of format v2 alike: a v2 chunk is
+  decrypted and decompressed once, when it is loaded. Keyed by ``(remote segment id, chunk number)``: a
+  segment's bytes never change under its id, so an entry is never stale; a deleted segment's chunks are
+  dropped (:meth:`ChunkCache.forget`) to free the space early.
+* **One ranged GET per run of missing chunks**, chunk-aligned (so a miss of a 1 MiB fetch loads its whole
+  4 MiB chunk), and the fetch is answered from the bytes just loaded. A chunk another thread is loading is
+  waited for, not loaded twice; a thread loads what it claimed before it waits for others' (no deadlock).
+  A failed load is not cached (Aiven PR #453): its waiters load again themselves.
+* **The disk cache writes a chunk to a temporary file and renames it into place** (Aiven's atomic move);
+  a hit is a read-only ``mmap`` of the file, served without a copy (the pages are the page cache's). An
+  evicted chunk's file is unlinked; a mapping in use keeps its pages until released.
+* **Bounded by bytes**, least recently used first, and by ``retention.ms`` since the last access.
+* **Bad bytes are not served twice**: the remote reader drops a segment's chunks before its fresh retry
+  of a read that failed validation (:meth:`CachedSegmentReads.forget`), so a transfer that went bad is
+  read from the store again and only data that is corrupt in the store is reported corrupt.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+from strata.tiered.api import RemoteLogSegmentMetadata, RemoteStorageManager, uuid_to_str
+from strata.tiered.storage.common import BufferReader, check_positions, config_int, config_str
+
+log = logging.getLogger(__name__)
+
+ChunkKey = tuple[uuid.UUID, int]
+
+CACHE_PREFIX = "fetch.chunk.cache."
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+DEFAULT_RETENTION_MS = 600_000
+DEFAULT_DIR_NAME = "remote-chunk-cache"
+_CLASSES = {
+    "none": "none", "": "none",
+    "disk": "disk", "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache": "disk",
+    "memory": "memory", "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache": "memory",
+}
+_KEYS = {"class", "size", "retention.ms", "path"}
+_REFUSED = {
+    "prefetch.max.size": "Strata reads ahead with remote.log.reader.prefetch.* (across segment boundaries)",
+    "get.timeout.ms": "chunks are loaded by the reader thread that asks for them",
+    "thread.pool.size": "chunks are loaded by the reader thread that asks for them",
+}
+
+
+class ChunkCache:
+    """What both caches share: LRU by bytes with expiry after access, hit and miss counters."""
+
+    def __init__(self, chunk_size: int, max_bytes: int, retention_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if chunk_size <= 0:
+            raise ValueError(f"chunk size must be positive, got {chunk_size}")
+        self.chunk_size = chunk_size
+        self.max_bytes = max_bytes  # < 0: unbounded
+        self.retention_s = retention_ms / 1000 if retention_ms >= 0 else None
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[ChunkKey, tuple[int, float]] = OrderedDict()  # key -> (size, last access)
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    # -- what subclasses store ------------------------------------------------------------------
+
+    def _load(self, key: ChunkKey) -> memoryview | None:
+        raise NotImplementedError
+
+    def _store(self, key: ChunkKey, data: memoryview) -> bool:
+        raise NotImplementedError
+
+    def _drop(self, key: ChunkKey) -> None:
+        raise NotImplementedError
+
+    # -- the cache ------------------------------------------------------------------------------
+
+    def get(self, key: ChunkKey) -> memoryview | None:
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and self._expired(entry[1], now):
+                self._remove(key)
+                entry = None
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries[key] = (entry[0], now)
+            self._entries.move_to_end(key)
+        data = self._load(key)
+        with self._lock:
+            if data is None:  # its file went away under us (wiped by hand): a miss
+                if key in self._entries:
+                    self._remove(key)
+                self.misses += 1
+                return None
+            self.hits += 1
+        return data
+
+    def put(self, key: ChunkKey, data: memoryview) -> None:
+        size = len(data)
+        if 0 <= self.max_bytes < size:
+            return
+        now = self._clock()
+        with self._lock:
+            if key in self._entries:
+                return
+            self._evict(size, now)
+        if not self._store(key, data):
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._evict(size, now)
+            self._entries[key] = (size, now)
+            self.bytes += size
+
+    def forget(self, segment_id: uuid.UUID) -> None:
+        """Drop every chunk of one segment (deleted, or its bytes failed validation)."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == segment_id]:
+                self._remove(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            for key in list(self._entries):
+                self._remove(key)
+
+    def close(self) -> None:
+        self.clear()
+
+    def _expired(self, last_access: float, now: float) -> bool:
+        return self.retention_s is not None and now - last_access > self.retention_s
+
+    def _evict(self, incoming: int, now: float) -> None:
+        """Expired chunks first, then the least recently used until ``incoming`` fits (lock held)."""
+        if self.retention_s is not None:
+            for key, (_, last) in list(self._entries.items()):
+                if not self._expired(last, now):
+                    break  # ordered by access: the rest are newer
+                self._remove(key)
+                self.evictions += 1
+        while self.max_bytes >= 0 and self._entries and self.bytes + incoming > self.max_bytes:
+            self._remove(next(iter(self._entries)))
+            self.evictions += 1
+
+    def _remove(self, key: ChunkKey) -> None:
+        size, _ = self._entries.pop(key)
+        self.bytes -= size
+        self._drop(key)
+
+
+class MemoryChunkCache(ChunkCache):
+    """Chunks as ``bytes`` in this process (tests, and brokers with memory to spare and no disk)."""
+
+    def __init__(self, chunk_size: int, max_bytes: int, retention_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(chunk_size, max_bytes, retention_ms, clock)
+        self._data: dict[ChunkKey, bytes] = {}
+
+    def _load(self, key: ChunkKey) -> memoryview | None:
+        data = self._data.get(key)
+        return None if data is None else memoryview(data)
+
+    def _store(self, key: ChunkKey, data: memoryview) -> bool:
+        self._data[key] = bytes(data)
+        return True
+
+    def _drop(self, key: ChunkKey) -> None:
+        self._data.pop(key, None)
+
+
+class DiskChunkCache(ChunkCache):
+    """Chunks as files ``<segment id>-<chunk number>`` in one directory, written through ``tmp/``."""
+
+    def __init__(self, directory: Path, chunk_size: int, max_bytes: int, retention_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(chunk_size, max_bytes, retention_ms, clock)
+        self.directory = directory
+        if directory.exists():
+            shutil.rmtree(directory)
+        self._tmp = directory / "tmp"
+        self._tmp.mkdir(parents=True)
+        self._write_failed = False
+
+    def _path(self, key: ChunkKey) -> Path:
+        return self.directory / f"{uuid_to_str(key[0])}-{key[1]}"
+
+    def _load(self, key: ChunkKey) -> memoryview | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    return memoryview(b"")
+                mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            return None
+        return memoryview(mapped).toreadonly()
+
+    def _store(self, key: ChunkKey, data: memoryview) -> bool:
+        tmp = self._tmp / f"{uuid_to_str(key[0])}-{key[1]}.{threading.get_ident()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self._path(key))
+        except OSError as e:  # a full or failing disk: serve from the store, say so once
+            tmp.unlink(missing_ok=True)
+            if not self._write_failed:
+                self._write_failed = True
+                log.warning("remote chunk cache %s: cannot write a chunk (%s); reads go to the store until "
+                            "writes succeed again", self.directory, e)
+            return False
+        self._write_failed = False
+        return True
+
+    def _drop(self, key: ChunkKey) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        super().close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class ChunkCacheConfig:
+    """``fetch.chunk.cache.*`` as parsed: checked when the broker starts, built when the reader starts."""
+
+    kind: str  # "disk" or "memory"
+    chunk_size: int
+    max_bytes: int
+    retention_ms: int
+    path: Path | None
+
+    def build(self) -> ChunkCache:
+        if self.kind == "memory":
+            return MemoryChunkCache(self.chunk_size, self.max_bytes, self.retention_ms)
+        assert self.path is not None
+        try:
+            return DiskChunkCache(self.path, self.chunk_size, self.max_bytes, self.retention_ms)
+        except OSError as e:
+            raise ValueError(f"config {CACHE_PREFIX + 'path'!r}: cannot use {str(self.path)!r} ({e.strerror})") \
+                from None
+
+
+def chunk_cache_config(configs: Mapping[str, Any], first_log_dir: Path) -> ChunkCacheConfig | None:
+    """The cache the RSM props ask for (None: ``fetch.chunk.cache.class`` unset or ``none``); a bad or
+    unsupported key raises ValueError naming it."""
+    for key in configs:
+        if key.startswith(CACHE_PREFIX):
+            name = key[len(CACHE_PREFIX):]
+            if name in _REFUSED:
+                raise ValueError(f"config {key!r} is not supported: {_REFUSED[name]}")
+            if name not in _KEYS:
+                raise ValueError(f"unknown config {key!r} (known: "
+                                 f"{', '.join(CACHE_PREFIX + k for k in sorted(_KEYS))})")
+    raw_class = config_str(configs, CACHE_PREFIX + "class", "none").strip()
+    kind = _CLASSES.get(raw_class) or _CLASSES.get(raw_class.lower())
+    if kind is None:
+        raise ValueError(f"config {CACHE_PREFIX + 'class'!r} must be none, disk or memory (or Aiven's "
+                         f"DiskChunkCache / MemoryChunkCache class), got {raw_class!r}")
+    if kind == "none":
+        for name in ("size", "retention.ms", "path"):
+            if CACHE_PREFIX + name in configs:
+                raise ValueError(f"config {CACHE_PREFIX + name!r} needs {CACHE_PREFIX + 'class'!r} "
+                                 f"set to disk or memory")
+        return None
+    chunk_size = config_int(configs, "chunk.size", DEFAULT_CHUNK_SIZE, minimum=1)
+    if CACHE_PREFIX + "size" not in configs:
+        raise ValueError(f"missing required config {CACHE_PREFIX + 'size'!r} (bytes, or -1 for unbounded)")
+    size = config_int(configs, CACHE_PREFIX + "size", -1, minimum=-1)
+    if 0 <= size < chunk_size:
+        raise ValueError(f"config {CACHE_PREFIX + 'size'!r} must be -1 or at least one chunk "
+                         f"(chunk.size={chunk_size}), got {size}")
+    retention_ms = config_int(configs, CACHE_PREFIX + "retention.ms", DEFAULT_RETENTION_MS, minimum=-1)
+    if kind == "memory":
+        if CACHE_PREFIX + "path" in configs:
+            raise ValueError(f"config {CACHE_PREFIX + 'path'!r} applies to the disk cache only")
+        return ChunkCacheConfig(kind, chunk_size, size, retention_ms, None)
+    path = Path(config_str(configs, CACHE_PREFIX + "path", str(first_log_dir / DEFAULT_DIR_NAME)))
+    return ChunkCacheConfig(kind, chunk_size, size, retention_ms, path)
+
+
+class _ChunksReader(BufferReader):
+    """A stream over the pieces of several chunks: ``read_view`` serves a piece as it is (no copy), so
+    a read inside one chunk is zero-copy; ``readinto`` copies across pieces."""
+
+    def __init__(self, pieces: list[memoryview]) -> None:
+        super().__init__(b"")
+        self._pieces = pieces
+        self._index = 0
+
+    def read_view(self, size: int) -> memoryview:
+        if len(self._pieces) - self._index == 1 or size <= self._remaining_in_piece():
+            piece = self._pieces[self._index] if self._index < len(self._pieces) else memoryview(b"")
+            view = piece[:max(size, 0)]
+            self._advance(len(view))
+            return view
+        out = bytearray(size)
+        n = self.readinto(out)
+        return memoryview(out).toreadonly()[:n]
+
+    def _remaining_in_piece(self) -> int:
+        return len(self._pieces[self._index]) if self._index < len(self._pieces) else 0
+
+    def _advance(self, n: int) -> None:
+        while n > 0 and self._index < len(self._pieces):
+            piece = self._pieces[self._index]
+            if n < len(piece):
+                self._pieces[self._index] = piece[n:]
+                return
+            n -= len(piece)
+            self._index += 1
+
+    def readinto(self, buffer: Any) -> int:
+        with memoryview(buffer) as raw, raw.cast("B") as target:
+            got = 0
+            while got < len(target) and self._index < len(self._pieces):
+                piece = self._pieces[self._index]
+                k = min(len(piece), len(target) - got)
+                target[got:got + k] = piece[:k]
+                got += k
+                self._advance(k)
+        return got
+
+    def read(self, size: int | None = -1) -> bytes:
+        total = sum(len(p) for p in self._pieces[self._index:])
+        n = total if size is None or size < 0 else min(size, total)
+        out = bytearray(n)
+        self.readinto(out)
+        return bytes(out)
+
+    def close(self) -> None:
+        self._pieces = []
+        super().close()
+
+
+class CachedSegmentReads:
+    """The remote reader's view of the RSM through a chunk cache: ``fetch_log_segment`` as the RSM's,
+    answered from cached chunks and loading the missing ones in chunk-aligned ranged reads."""
+
+    def __init__(self, rsm: RemoteStorageManager, cache: ChunkCache) -> None:
+        self.rsm = rsm
+        self.cache = cache
+        self._lock = threading.Lock()
+        self._loading: dict[ChunkKey, Future[memoryview]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # fetch_index and the rest: the RSM's own
+        return getattr(self.rsm, name)
+
+    def forget(self, segment_id: uuid.UUID) -> None:
+        self.cache.forget(segment_id)
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        check_positions(start_position, end_position)
+        size = metadata.segment_size_in_bytes
+        last = size - 1 if end_position is None else min(end_position, size - 1)
+        if start_position > last:
+            return cast(BinaryIO, BufferReader(b""))
+        c = self.cache.chunk_size
+        chunks = self._chunks(metadata, start_position // c, last // c)
+        pieces = []
+        for number, data in chunks:
+            lo = max(start_position - number * c, 0)
+            hi = min(last + 1 - number * c, len(data))
+            if hi > lo:
+                pieces.append(data[lo:hi])
+        return cast(BinaryIO, _ChunksReader(pieces))
+
+    def _chunks(self, md: RemoteLogSegmentMetadata, first: int, last: int) -> list[tuple[int, memoryview]]:
+        segment_id = md.remote_log_segment_id.id
+        found: dict[int, memoryview] = {}
+        mine: list[int] = []
+        theirs: dict[int, Future[memoryview]] = {}
+        for number in range(first, last + 1):
+            data = self.cache.get((segment_id, number))
+            if data is not None:
+                found[number] = data
+                continue
+            with self._lock:
+                pending = self._loading.get((segment_id, number))
+                if pending is None:
+                    self._loading[(segment_id, number)] = Future()
+                    mine.append(number)
+                else:
+                    theirs[number] = pending
+        try:
+            for run in _runs(mine):
+                found.update(self._load(md, run))
+        except BaseException as e:
+            self._settle(segment_id, [n for n in mine if n not in found], error=e)
+            raise
+        for number, pending in theirs.items():
+            try:
+                found[number] = pending.result()
+            except Exception:  # the loader failed: load it here (a failed load is not cached)
+                found.update(self._load_alone(md, number))
+        return sorted(found.items())
+
+    def _load_alone(self, md: RemoteLogSegmentMetadata, number: int) -> dict[int, memoryview]:
+        return self._load(md, [number])
+
+    def _load(self, md: RemoteLogSegmentMetadata, run: list[int]) -> dict[int, memoryview]:
+        """One ranged read of the chunks ``run`` (consecutive numbers), stored and handed to waiters."""
+        c = self.cache.chunk_size
+        segment_id = md.remote_log_segment_id.id
+        start = run[0] * c
+        end = min((run[-1] + 1) * c, md.segment_size_in_bytes)
+        stream = self.rsm.fetch_log_segment(md, start, end - 1)
+        try:
+            read_view = getattr(stream, "read_view", None)
+            if read_view is not None:
+                data = memoryview(read_view(end - start)).cast("B").toreadonly()
+            else:
+                buf = bytearray(end - start)
+                view = memoryview(buf)
+                got = 0
+                while got < len(buf):
+                    k = stream.readinto(view[got:]) or 0
+                    if k <= 0:
+                        break
+                    got += k
+                data = view.toreadonly()[:got]
+        finally:
+            stream.close()
+        out: dict[int, memoryview] = {}
+        for number in run:
+            lo = (number - run[0]) * c
+            piece = data[lo:lo + c]
+            if not len(piece):
+                break
+            out[number] = piece
+            whole = len(piece) == c or start + lo + len(piece) == md.segment_size_in_bytes
+            if whole:  # a short read (the store's object shorter than its metadata) is not cached
+                self.cache.put((segment_id, number), piece)
+        self._settle(segment_id, run, out)
+        return out
+
+    def _settle(self, segment_id: uuid.UUID, numbers: list[int], loaded: dict[int, memoryview] | None = None,
+                error: BaseException | None = None) -> None:
+        with self._lock:
+            for number in numbers:
+                pending = self._loading.pop((segment_id, number), None)
+                if pending is None:
+                    continue
+                if loaded is not None and number in loaded:
+                    pending.set_result(loaded[number])
+                else:
+                    pending.set_exception(error or EOFError(f"chunk {number} of {segment_id} is past its end"))
+
+
+def _runs(numbers: list[int]) -> list[list[int]]:
+    """Consecutive runs of ascending chunk numbers: one ranged read each."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and runs[-1][-1] == n - 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return runs
