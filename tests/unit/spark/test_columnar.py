@@ -26,7 +26,7 @@ from strata.protocol.records import (
     reseal_crc,
     set_base_offset,
 )
-from strata.spark import columnar
+from strata.spark import columnar, record_walk
 from strata.spark.columnar import (
     AbortedTxn,
     ColumnarDecoder,
@@ -73,6 +73,99 @@ def reference_rows(data: bytes, start: int = 0, end: int | None = None, include_
             hs = ([(k, v) for k, v in r.headers] or None) if include_headers else None
             rows.append((r.key, r.value, r.offset, r.timestamp * 1000, ts_type, hs))
     return rows
+
+
+@pytest.fixture(autouse=True, params=["c-walk", "numpy-walk"])
+def record_walk_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the C record walk and with the numpy one (the fallback where it is not built)."""
+    if request.param == "numpy-walk":
+        monkeypatch.setattr(record_walk, "NATIVE", False)
+    return str(request.param)
+
+
+def test_the_c_record_walk_is_built() -> None:
+    """``make`` builds it (setup.py); without it the decoder is ~3x slower (bench/spark_bench.py)."""
+    assert record_walk._WALK is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300), cuts=st.lists(st.tuples(st.integers(-2, 310), st.integers(-2, 310),
+                                                             st.integers(-1, 40)), min_size=1, max_size=5))
+def test_the_c_walk_and_the_numpy_walk_agree_on_any_input(data: bytes, cuts: list[tuple[int, int, int]]) -> None:
+    """Same bodies for the same input, or both refuse it (never a read outside the buffer)."""
+    buf = np.frombuffer(data, np.uint8)
+    starts = np.array([c[0] for c in cuts], np.int64)
+    ends = np.array([c[1] for c in cuts], np.int64)
+    counts = np.array([c[2] for c in cuts], np.int64)
+    try:
+        expected = columnar._record_bodies_numpy(buf, starts, ends, counts)
+    except (columnar._Malformed, IndexError, ValueError):
+        expected = None
+    try:
+        got = record_walk.native_record_bodies(buf, starts, ends, counts)
+    except record_walk.WalkError:
+        got = None
+    if expected is None or got is None:
+        # the numpy walk does not check the sections (its callers make them), the C walk does: it may refuse
+        # what the numpy walk reads past, never the other way round
+        assert got is None
+    else:
+        assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(min_size=1, max_size=200), spans=st.lists(st.tuples(st.integers(0, 199), st.integers(0, 60)),
+                                                                 min_size=1, max_size=6),
+       include_headers=st.booleans())
+def test_the_c_fields_and_the_numpy_fields_agree_on_any_input(data: bytes, spans: list[tuple[int, int]],
+                                                              include_headers: bool) -> None:
+    """Record fields from arbitrary bytes: the same columns both ways, or the C decoder refuses."""
+    buf = np.frombuffer(data, np.uint8)
+    body = np.array([min(s, len(data) - 1) for s, _ in spans], np.int64)
+    body_end = np.array([min(min(s, len(data) - 1) + n, len(data)) for s, n in spans], np.int64)
+
+    def fields(native: bool) -> tuple | None:
+        saved, record_walk.NATIVE = record_walk.NATIVE, native
+        try:
+            cols = columnar._decode_records(buf, body, body_end, include_headers)
+        except (columnar._Malformed, IndexError):
+            return None
+        finally:
+            record_walk.NATIVE = saved
+        return tuple(None if c is None else c.tolist() for c in cols)
+
+    expected, got = fields(False), fields(True)
+    if got is not None:
+        assert got == expected
+
+
+def valid_records(sizes: list[int]) -> bytes:
+    out = bytearray()
+    for size in sizes:
+        raw = size << 1
+        while raw >= 0x80:
+            out.append(raw & 0x7F | 0x80)
+            raw >>= 7
+        out.append(raw)
+        out += bytes(size)
+    return bytes(out)
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups=st.lists(st.lists(st.integers(0, 20_000), max_size=30), min_size=1, max_size=6))
+def test_the_c_walk_matches_the_numpy_walk_on_valid_records(groups: list[list[int]]) -> None:
+    data = b""
+    starts, ends = [], []
+    for sizes in groups:
+        starts.append(len(data))
+        data += valid_records(sizes)
+        ends.append(len(data))
+    buf = np.frombuffer(data, np.uint8)
+    args = (np.array(starts, np.int64), np.array(ends, np.int64), np.array([len(g) for g in groups], np.int64))
+    got = record_walk.native_record_bodies(buf, *args)
+    expected = columnar._record_bodies_numpy(buf, *args)
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    assert len(got[0]) == sum(len(g) for g in groups)
 
 
 def decode(data: bytes | bytearray | memoryview, **kwargs: object) -> columnar.DecodeResult:
