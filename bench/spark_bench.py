@@ -355,16 +355,19 @@ def grouped_strata() -> type:
 
 
 def rows_per_input_partition(plan: Any, records: int) -> list[int]:
-    """Rows of each input partition of ``plan`` (pieces of a split segment share its offsets evenly),
-    scaled to ``records`` in total."""
+    """Rows of each input partition of ``plan`` (pieces of a split segment share its offsets evenly; packed
+    slices add up), scaled to ``records`` in total."""
     from strata.spark.planning import RemoteSlice
 
     pieces: dict[Any, int] = {}
     for s in plan.slices:
         if isinstance(s, RemoteSlice):
             pieces[s.segment.remote_log_segment_id] = pieces.get(s.segment.remote_log_segment_id, 0) + 1
-    sizes = [(s.end_offset - s.start_offset) / (pieces[s.segment.remote_log_segment_id]
-                                               if isinstance(s, RemoteSlice) else 1) for s in plan.slices]
+
+    def size(s: Any) -> float:
+        return (s.end_offset - s.start_offset) / (pieces[s.segment.remote_log_segment_id]
+                                                  if isinstance(s, RemoteSlice) else 1)
+    sizes = [sum(size(s) for s in getattr(i, "slices", (i,))) for i in plan.inputs]  # a SliceGroup: its slices
     total = sum(sizes) or 1
     rows = [int(records * x / total) for x in sizes]
     rows[-1] += records - sum(rows)

@@ -78,13 +78,15 @@ def test_whole_topic_reads_exactly_what_was_produced(spark: Any, broker: Any, da
     assert per_partition(df) == {p: expected(dataset, p) for p in range(PARTITIONS)}
     keys = df.agg(F.sum(F.crc32("key"))).collect()[0][0]
     assert keys == sum(zlib.crc32(b"k%d" % i) for i in range(RECORDS))
-    # one input partition per remote segment plus one tail per partition that has records not yet uploaded
+    # the remote segments of each partition packed into one input partition (they add up to far less than
+    # maxBytesPerPartition), plus one tail per partition that has records not yet uploaded
     remote = copied_segments(broker)
     with KafkaCluster(broker.bootstrap) as c:
         tiered = c.list_offsets({(TOPIC, p): -5 for p in range(PARTITIONS)})
         ends = c.list_offsets({(TOPIC, p): -1 for p in range(PARTITIONS)})
     tails = sum(1 for k in ends if ends[k] > tiered[k] + 1)
-    assert df.rdd.getNumPartitions() == len(remote) + tails
+    assert len(remote) > PARTITIONS
+    assert df.rdd.getNumPartitions() == len({e["partition"] for e in remote}) + tails
     summary = explain(options(broker))
     assert summary.remote_segments == len(remote)
     assert summary.remote_offsets >= 0.8 * RECORDS  # most of the topic read straight from the store
@@ -160,6 +162,14 @@ def test_timestamp_filter_reads_only_the_segments_it_needs(spark: Any, broker: A
 def test_big_segments_are_split_into_several_input_partitions(spark: Any, broker: Any, dataset: Dataset) -> None:
     df = load(spark, broker, maxBytesPerPartition=str(256 << 10))
     assert df.rdd.getNumPartitions() > 2 * len(copied_segments(broker))
+    assert per_partition(df) == {p: expected(dataset, p) for p in range(PARTITIONS)}
+
+
+def test_min_partitions_keeps_small_segments_apart(spark: Any, broker: Any, dataset: Dataset) -> None:
+    """Packing never leaves fewer input partitions than minPartitions asks for."""
+    remote = copied_segments(broker)
+    df = load(spark, broker, minPartitions=str(len(remote)))
+    assert df.rdd.getNumPartitions() >= len(remote)
     assert per_partition(df) == {p: expected(dataset, p) for p in range(PARTITIONS)}
 
 

@@ -62,7 +62,7 @@ def summarize(plan: Plan, latest_per_key: bool = False) -> PlanSummary:
         end = s.end_position if s.end_position is not None else s.segment.segment_size_in_bytes
         remote_bytes += max(0, end - start)
     remote_offsets = sum(s.end_offset - s.start_offset for s in segments.values())
-    inputs = len(by_partition(plan.slices)) if latest_per_key else len(plan.slices)
+    inputs = len(by_partition(plan.slices)) if latest_per_key else len(plan.inputs)
     return PlanSummary(inputs, len(remote), len(segments), remote_bytes, remote_offsets, len(broker),
                        sum(s.end_offset - s.start_offset for s in broker))
 

@@ -26,7 +26,7 @@ from strata.client.cluster import EARLIEST, EARLIEST_LOCAL, LATEST, OFFSET_OUT_O
 from strata.spark.columnar import AbortedTxn, ColumnarDecoder, decode_batches
 from strata.spark.failover import FAILOVER_CODES, FailoverCluster
 from strata.spark.options import security_of
-from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, StrataDataLossError
+from strata.spark.planning import DATA_LOSS_HINT, BrokerSlice, RemoteSlice, SliceGroup, StrataDataLossError
 from strata.spark.remote import OffsetIndexView, open_rsm, read_index
 from strata.tiered.api import IndexType, RemoteResourceNotFoundError
 
@@ -37,8 +37,10 @@ MAX_EMPTY_FETCHES = 20
 RETRY_BACKOFF_S = 0.2
 
 
-def read_slice(s: RemoteSlice | BrokerSlice) -> Iterator[Any]:
-    """Arrow record batches of one input partition."""
+def read_slice(s: RemoteSlice | BrokerSlice | SliceGroup) -> Iterator[Any]:
+    """Arrow record batches of one input partition (a group's slices one after another)."""
+    if isinstance(s, SliceGroup):
+        return (batch for piece in s.slices for batch in read_remote(piece))
     if isinstance(s, RemoteSlice):
         return read_remote(s)
     return read_broker(s)

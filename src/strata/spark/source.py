@@ -83,7 +83,7 @@ class StrataBatchReader(DataSourceReader):
         plan = plan_batch(self.options, self.pushdown)
         if self.options.latest_per_key:  # one task per topic partition: a key's versions meet there
             return [InputPartition(g) for g in by_partition(plan.slices)]
-        return [InputPartition(s) for s in plan.slices]
+        return [InputPartition(s) for s in plan.inputs]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition.value, PartitionSlices):

@@ -149,7 +149,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._state["rsm"] = rsm_settings(cluster, self.opts) if self.opts.direct_remote_reads else (None, {})
             self._state["metadata"] = RemoteLogMetadataReader(cluster)
         plan = plan_read(cluster, self.opts, ranges, metadata=self._state["metadata"], rsm=self._state["rsm"])
-        return [InputPartition(s) for s in plan.slices]
+        return [InputPartition(s) for s in plan.inputs]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from strata.spark.reading import read_slice

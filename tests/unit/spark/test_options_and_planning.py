@@ -11,7 +11,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In,
 from strata.log.errors import CorruptIndexError
 from strata.log.txn_index import AbortedTxn
 from strata.spark.options import StrataOptionError, parse_sink_options, parse_source_options
-from strata.spark.planning import PartitionRange, _cover
+from strata.spark.planning import BrokerSlice, PartitionRange, ReadSettings, RemoteSlice, _cover, pack_slices
 from strata.spark.remote import OffsetIndexView, aborted_transactions
 from strata.spark.source import pushdown_from_filters
 from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
@@ -95,3 +95,34 @@ def test_cover_reads_remote_segments_and_sends_holes_and_tail_to_the_broker() ->
     assert holes == [(150, 300), (400, 500)]
     segments, holes = _cover(PartitionRange("t", 0, None, 120, 130, 0, 500), chain)
     assert [(s.start, s.end) for s in segments] == [(120, 130)] and holes == []
+
+
+SETTINGS = ReadSettings("127.0.0.1:9092", False, True, 0, 50 << 20, 30.0, "local")
+
+
+def _remote(partition: int, start: int, end: int, size: int) -> RemoteSlice:
+    tp = TopicIdPartition(uuid.uuid4(), "t", partition)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, uuid.uuid4()), start, end - 1, 0, 0, 0, size, {0: start})
+    return RemoteSlice("t", partition, md, start, end, 0, None, None, SETTINGS)
+
+
+def test_small_remote_segments_are_packed_per_partition_up_to_max_bytes() -> None:
+    p0 = [_remote(0, i * 10, i * 10 + 10, 40) for i in range(5)]
+    tail0 = BrokerSlice("t", 0, 50, 60, SETTINGS)
+    p1 = [_remote(1, i * 10, i * 10 + 10, 40) for i in range(2)]
+    inputs = pack_slices([*p0, tail0, *p1], max_bytes=100)
+    assert [(type(i).__name__, i.start_offset, i.end_offset) for i in inputs] == [
+        ("SliceGroup", 0, 20), ("SliceGroup", 20, 40), ("RemoteSlice", 40, 50), ("BrokerSlice", 50, 60),
+        ("SliceGroup", 0, 20)]
+    assert inputs[4].partition == 1 and all(s.partition == 1 for s in inputs[4].slices)  # type: ignore[union-attr]
+    assert [s for i in inputs for s in getattr(i, "slices", (i,))] == [*p0, tail0, *p1]  # nothing lost or reordered
+
+
+def test_packing_leaves_big_segments_and_min_partitions_alone() -> None:
+    big = [_remote(0, i * 10, i * 10 + 10, 1000) for i in range(3)]
+    assert pack_slices(big, max_bytes=1000) == big
+    small = [_remote(0, i * 10, i * 10 + 10, 40) for i in range(8)]
+    assert len(pack_slices(small, max_bytes=1 << 30)) == 1
+    assert len(pack_slices(small, max_bytes=1 << 30, min_partitions=4)) == 4
+    assert pack_slices(small, max_bytes=1 << 30, min_partitions=100) == small
+    assert pack_slices([], max_bytes=100) == []
