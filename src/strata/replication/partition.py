@@ -225,4 +225,11 @@ class Partition:
             if len(self.isr) >= min_isr:
                 return True, ErrorCode.NONE
             return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if self.fenced:
+            # Cut off from ZooKeeper, and another leader elected or presumed: the followers fetch from it now, so
+            # this append is never replicated here. Answer at once, as Kafka answers the waits of a leader that
+            # became a follower (the write may be lost; the client retries on the new leader), instead of
+            # holding the producer for its whole request timeout (the netns suite caught it: a produce that
+            # reached the old leader 100 ms before its peers' answer fenced it).
+            return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
         return False, ErrorCode.NONE

@@ -272,10 +272,13 @@ class ReplicaManager:
         return info
 
     def replicated(self, tp: TopicPartition, required_offset: int) -> bool:
-        """Is an acks=all wait for ``required_offset`` over already (answered without waiting)?"""
+        """Is an acks=all wait for ``required_offset`` over already, successfully (answered without waiting)?
+        An outcome with an error is not: the wait (:meth:`wait_for_replication`) reports it."""
         part = self.partitions.get(tp)
-        return part is None or part.check_enough_replicas_reach_offset(required_offset,
-                                                                      part.log.config.min_insync_replicas)[0]
+        if part is None:
+            return False
+        done, code = part.check_enough_replicas_reach_offset(required_offset, part.log.config.min_insync_replicas)
+        return done and code == ErrorCode.NONE
 
     async def wait_for_replication(self, tp: TopicPartition, required_offset: int, timeout_s: float) -> int:
         """Kafka's DelayedProduce for one partition: wait until the HW reaches ``required_offset``.

@@ -123,3 +123,29 @@ def test_a_follower_is_not_leader_for_acks(open_log: OpenLog) -> None:
     part = Partition(TP, uuid.uuid4(), 1, open_log())
     part.apply(PartitionState(2, 0, (1, 2), (1, 2)), 0)
     assert part.check_enough_replicas_reach_offset(0, 1) == (True, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_a_fenced_leader_answers_its_waiting_acks_all_produces_at_once(tmp_path: Path) -> None:
+    """Found by the netns suite: a produce reached the old leader 100 ms before its peers' answer fenced it
+    (cut off from ZooKeeper, another leader elected). Its followers fetch from the new leader, so the wait could
+    only end in the request timeout, 30 s of a producer stuck. Fenced, the wait ends with NOT_LEADER_OR_FOLLOWER
+    (the client retries on the new leader); what was replicated before the fence is still answered NONE."""
+    clock = ManualClock(T)
+    logs = LogManager([tmp_path / "logs"], lambda _t: LogConfig(), clock, ManualScheduler())
+    rm = ReplicaManager(1, logs, lambda _t: LogConfig(), clock)
+
+    async def scenario() -> None:
+        rm.become_leader_or_follower(TP, uuid.uuid4(), PartitionState(1, 5, (1, 2), (1, 2), partition_epoch=3))
+        part = rm.partitions[TP]
+        rm.append(TP, records(5), required_acks=-1)
+        rm.update_follower_fetch(TP, 2, 5, 0)  # replicated: HW 5
+        rm.append(TP, records(5), required_acks=-1)  # waits for the follower
+        waiting = asyncio.ensure_future(rm.wait_for_replication(TP, 10, timeout_s=30))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        rm.fence_partitions({TP})
+        assert await asyncio.wait_for(waiting, 1) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert await rm.wait_for_replication(TP, 5, timeout_s=1) == ErrorCode.NONE
+        assert part.is_leader and part.fenced
+
+    asyncio.run(scenario())
