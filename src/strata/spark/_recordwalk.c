@@ -11,6 +11,7 @@
  * the buffer: malformed input returns an error code, never reads outside the buffer.
  */
 #include <stdint.h>
+#include <string.h>
 
 #define MAX_VARINT_BYTES 10
 
@@ -130,4 +131,28 @@ int strata_record_fields(const uint8_t *buf, int64_t buf_len, int64_t n, const i
             return WALK_NOT_ADDING_UP;
     }
     return WALK_OK;
+}
+
+/* An Arrow binary column's buffers from fields of ``buf``: field i is [start[i], start[i] + len[i]) (a
+ * negative length: null, no bytes). Writes offsets[0..n] (int32) and the fields back to back into ``out``
+ * (``out_len`` bytes, their total). Returns WALK_OK, or WALK_BAD_SECTION when a field lies outside the buffer
+ * or the total is not ``out_len`` (the caller computed it) or exceeds int32 (Arrow's binary type). */
+int strata_gather(const uint8_t *buf, int64_t buf_len, int64_t n, const int64_t *start, const int64_t *len,
+                  int32_t *offsets, uint8_t *out, int64_t out_len) {
+    int64_t at = 0;
+    offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t l = len[i];
+        if (l > 0) {
+            int64_t s = start[i];
+            if (s < 0 || s > buf_len || l > buf_len - s || l > out_len - at)
+                return WALK_BAD_SECTION;
+            memcpy(out + at, buf + s, (size_t)l);
+            at += l;
+        }
+        if (at > INT32_MAX)
+            return WALK_BAD_SECTION;
+        offsets[i + 1] = (int32_t)at;
+    }
+    return at == out_len ? WALK_OK : WALK_BAD_SECTION;
 }

@@ -765,6 +765,16 @@ def _binary_column(buf: np.ndarray, start: np.ndarray, length: np.ndarray,
         out = pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(np.zeros(n + 1, np.int32)),
                                                      pa.py_buffer(b"")], null_count)
         return out if type_ is None else out.cast(type_)
+    if record_walk.NATIVE:
+        total = int(np.maximum(length, 0).sum())
+        if total <= _INT32_LIMIT:
+            try:
+                offsets, data = record_walk.native_gather(buf, start, length, total)
+            except record_walk.WalkError as e:
+                raise _Malformed(str(e)) from None
+            out = pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                        null_count)
+            return out if type_ is None or type_ == pa.binary() else _cast_utf8(out, type_)
     end = start + np.maximum(length, 0)
     large = n and int(end[-1]) > _INT32_LIMIT
     interleaved = np.empty(2 * n + 1, np.int64 if large else np.int32)
@@ -778,12 +788,14 @@ def _binary_column(buf: np.ndarray, start: np.ndarray, length: np.ndarray,
     if large:
         fields = fields.cast(pa.binary())
     out = pa.Array.from_buffers(pa.binary(), n, [validity, *fields.buffers()[1:]], null_count)
-    if type_ is not None and type_ != pa.binary():
-        try:
-            out = out.cast(type_)
-        except pa.ArrowInvalid as e:
-            raise _Malformed(f"header key is not UTF-8: {e}") from None
-    return out
+    return out if type_ is None or type_ == pa.binary() else _cast_utf8(out, type_)
+
+
+def _cast_utf8(out: pa.Array, type_: pa.DataType) -> pa.Array:
+    try:
+        return out.cast(type_)
+    except pa.ArrowInvalid as e:
+        raise _Malformed(f"header key is not UTF-8: {e}") from None
 
 
 def _headers_column(buf: np.ndarray, cols: _Columns, list_type: pa.ListType) -> pa.Array:

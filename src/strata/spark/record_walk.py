@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ERRORS", "NATIVE", "native_record_bodies", "native_record_fields"]
+__all__ = ["ERRORS", "NATIVE", "native_gather", "native_record_bodies", "native_record_fields"]
 
 ERRORS = {
     1: "record runs past the records section",
@@ -41,20 +41,24 @@ def _load() -> tuple[Any, Any] | None:
         if path.is_file():
             try:
                 lib = ctypes.CDLL(str(path))
-                walk, fields = lib.strata_record_bodies, lib.strata_record_fields
+                walk, fields, gather = lib.strata_record_bodies, lib.strata_record_fields, lib.strata_gather
             except (OSError, AttributeError):
                 return None
             for fn, pointers in ((walk, 5), (fields, 10)):
                 fn.restype = ctypes.c_int
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * pointers,
                                ctypes.POINTER(ctypes.c_int64)]
-            return walk, fields
+            gather.restype = ctypes.c_int
+            gather.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4,
+                               ctypes.c_int64]
+            return walk, fields, gather
     return None
 
 
 _LIB = _load()
 _WALK = _LIB[0] if _LIB else None
 _FIELDS = _LIB[1] if _LIB else None
+_GATHER = _LIB[2] if _LIB else None
 NATIVE = _LIB is not None
 
 
@@ -99,3 +103,22 @@ def native_record_fields(buf: np.ndarray, body: np.ndarray, body_end: np.ndarray
     if code:
         raise WalkError(f"{ERRORS.get(code, f'error {code}')} (record {failed.value} of the group)")
     return out
+
+
+def native_gather(buf: np.ndarray, start: np.ndarray, length: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow binary column's ``(int32 offsets, data)``: the fields ``[start, start + length)`` of ``buf``
+    (a negative length is null: no bytes) back to back, ``total`` bytes in all. Raises WalkError."""
+    assert _GATHER is not None, "the C record walk is not built"
+    start = np.ascontiguousarray(start, np.int64)
+    length = np.ascontiguousarray(length, np.int64)
+    buf = np.ascontiguousarray(buf, np.uint8)
+    n = len(start)
+    if len(length) != n:
+        raise ValueError("start and length differ in length")
+    offsets = np.empty(n + 1, np.int32)
+    data = np.empty(total, np.uint8)
+    code = _GATHER(buf.ctypes.data, len(buf), n, start.ctypes.data, length.ctypes.data, offsets.ctypes.data,
+                   data.ctypes.data, total)
+    if code:
+        raise WalkError(f"{ERRORS.get(code, f'error {code}')} (a field outside the records)")
+    return offsets, data

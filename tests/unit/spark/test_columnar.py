@@ -139,6 +139,36 @@ def test_the_c_fields_and_the_numpy_fields_agree_on_any_input(data: bytes, spans
         assert got == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(min_size=1, max_size=100), fields=st.lists(st.tuples(st.integers(0, 99), st.integers(-1, 30)),
+                                                                  min_size=1, max_size=20))
+def test_the_c_gather_builds_the_same_binary_column(data: bytes, fields: list[tuple[int, int]]) -> None:
+    """Fields in buffer order (as records have them): the same Arrow column both ways; out of bounds: refused."""
+    buf = np.frombuffer(data, np.uint8)
+    starts, lengths, at, outside = [], [], 0, False
+    for gap, n in fields:
+        at = min(at + gap % 7, len(data))
+        starts.append(at)
+        lengths.append(n)
+        at += max(n, 0)
+        outside = outside or at > len(data)
+    start, length = np.array(starts, np.int64), np.array(lengths, np.int64)
+    if outside:
+        with pytest.raises(record_walk.WalkError):
+            record_walk.native_gather(buf, start, length, int(np.maximum(length, 0).sum()))
+        return
+    saved = record_walk.NATIVE
+    try:
+        record_walk.NATIVE = False
+        expected = columnar._binary_column(buf, start, length)
+        record_walk.NATIVE = True
+        got = columnar._binary_column(buf, start, length)
+    finally:
+        record_walk.NATIVE = saved
+    assert got.equals(expected) and got.to_pylist() == [data[s:s + n] if n >= 0 else None
+                                                        for s, n in zip(starts, lengths, strict=True)]
+
+
 def valid_records(sizes: list[int]) -> bytes:
     out = bytearray()
     for size in sizes:
