@@ -1,7 +1,8 @@
 """The remote chunk cache (``rsm.config.fetch.chunk.cache.*``) in a real broker, read by a real consumer: a
 second consumer of the remote tier is served from the cache without touching the store (the local store's
-event history proves it), on S3 in both object formats (plain, and chunked + encrypted), deleted segments
-leave the cache, and a bad cache config stops the broker naming the key.
+event history proves it), with second-access admission only what is read again is kept, on S3 in both
+object formats (plain, and chunked + encrypted), deleted segments leave the cache, and a bad cache config
+stops the broker naming the key.
 """
 
 from __future__ import annotations
@@ -59,6 +60,21 @@ def test_a_second_consumer_of_the_remote_tier_is_served_from_the_disk_cache(tmp_
         b.delete_records("t", 0, 6)  # the six remote segments expire: their chunks leave the cache
         wait_until("the deleted segments' chunks dropped", lambda: metric(b, "Bytes") == 0)
         assert not [p for p in cache_dir.iterdir() if p.is_file()]
+    finally:
+        b.stop()
+
+
+def test_with_second_access_admission_a_one_off_read_leaves_the_cache_empty(tmp_path: Path) -> None:
+    b = TieredBroker(tmp_path, **DISK_CACHE, **{"rsm.config.fetch.chunk.cache.admission": "second-access"}).start()
+    try:
+        offload(b, 4)
+        consume_all(b, 5)
+        assert metric(b, "Bytes") == 0 and metric(b, "NotAdmitted") == 4
+        consume_all(b, 5)  # read again: kept
+        reads = b.fetch_count("t", 0)
+        assert reads == 8 and metric(b, "Bytes") > 0
+        consume_all(b, 5)
+        assert b.fetch_count("t", 0) == reads
     finally:
         b.stop()
 

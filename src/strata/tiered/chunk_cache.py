@@ -12,6 +12,11 @@ names, under the RSM prefix (``rsm.config.``) as there:
 * ``fetch.chunk.cache.path``: the disk cache's directory (default ``remote-chunk-cache`` under the first
   log dir). Its contents are wiped at start: derived data, and a directory left by a crash may hold anything.
 * ``chunk.size``: the chunk size, the object format's (4 MiB).
+* ``fetch.chunk.cache.admission`` (Strata's): ``always`` (the default, Aiven's behaviour: every chunk read is
+  kept) or ``second-access``: a chunk is kept only when it is read again within the retention, so a one-off
+  scan (a consumer catching up on the whole tier once, a backfill job) neither evicts the chunks others
+  re-read nor pays the cache's writes. The chunks seen once are remembered by key only (a bounded set, as
+  many keys as the cache holds chunks, at least 1024).
 
 Any other ``fetch.chunk.cache.*`` key is refused, naming it: Aiven's ``prefetch.max.size`` because
 Strata's read-ahead (``remote.log.reader.prefetch.*``) crosses segment boundaries, which Aiven's cannot, and
@@ -69,7 +74,8 @@ _CLASSES = {
     "disk": "disk", "io.aiven.kafka.tieredstorage.fetch.cache.DiskChunkCache": "disk",
     "memory": "memory", "io.aiven.kafka.tieredstorage.fetch.cache.MemoryChunkCache": "memory",
 }
-_KEYS = {"class", "size", "retention.ms", "path"}
+_KEYS = {"class", "size", "retention.ms", "path", "admission"}
+ADMISSIONS = ("always", "second-access")
 _REFUSED = {
     "prefetch.max.size": "Strata reads ahead with remote.log.reader.prefetch.* (across segment boundaries)",
     "get.timeout.ms": "chunks are loaded by the reader thread that asks for them",
@@ -81,9 +87,16 @@ class ChunkCache:
     """What both caches share: LRU by bytes with expiry after access, hit and miss counters."""
 
     def __init__(self, chunk_size: int, max_bytes: int, retention_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, admission: str = "always") -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk size must be positive, got {chunk_size}")
+        if admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {ADMISSIONS}, got {admission!r}")
+        self.admission = admission
+        # second-access: keys read once (when last), oldest first; bounded like the cache itself
+        self._seen: OrderedDict[ChunkKey, float] = OrderedDict()
+        self._seen_max = max(1024, max_bytes // chunk_size if max_bytes >= 0 else 1 << 16)
+        self.rejected = 0
         self.chunk_size = chunk_size
         self.max_bytes = max_bytes  # < 0: unbounded
         self.retention_s = retention_ms / 1000 if retention_ms >= 0 else None
@@ -130,6 +143,22 @@ class ChunkCache:
             self.hits += 1
         return data
 
+    def admit(self, key: ChunkKey) -> bool:
+        """Whether a chunk just loaded should be kept: always, or (``second-access``) when it was loaded
+        before within the retention."""
+        if self.admission == "always":
+            return True
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.pop(key, None)
+            if seen is not None and not self._expired(seen, now):
+                return True
+            self._seen[key] = now
+            while len(self._seen) > self._seen_max:
+                self._seen.popitem(last=False)
+            self.rejected += 1
+            return False
+
     def put(self, key: ChunkKey, data: memoryview) -> None:
         size = len(data)
         if 0 <= self.max_bytes < size:
@@ -153,6 +182,8 @@ class ChunkCache:
         with self._lock:
             for key in [k for k in self._entries if k[0] == segment_id]:
                 self._remove(key)
+            for key in [k for k in self._seen if k[0] == segment_id]:
+                del self._seen[key]
 
     def clear(self) -> None:
         with self._lock:
@@ -187,8 +218,8 @@ class MemoryChunkCache(ChunkCache):
     """Chunks as ``bytes`` in this process (tests, and brokers with memory to spare and no disk)."""
 
     def __init__(self, chunk_size: int, max_bytes: int, retention_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(chunk_size, max_bytes, retention_ms, clock)
+                 clock: Callable[[], float] = time.monotonic, admission: str = "always") -> None:
+        super().__init__(chunk_size, max_bytes, retention_ms, clock, admission)
         self._data: dict[ChunkKey, bytes] = {}
 
     def _load(self, key: ChunkKey) -> memoryview | None:
@@ -207,8 +238,8 @@ class DiskChunkCache(ChunkCache):
     """Chunks as files ``<segment id>-<chunk number>`` in one directory, written through ``tmp/``."""
 
     def __init__(self, directory: Path, chunk_size: int, max_bytes: int, retention_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(chunk_size, max_bytes, retention_ms, clock)
+                 clock: Callable[[], float] = time.monotonic, admission: str = "always") -> None:
+        super().__init__(chunk_size, max_bytes, retention_ms, clock, admission)
         self.directory = directory
         if directory.exists():
             shutil.rmtree(directory)
@@ -263,13 +294,15 @@ class ChunkCacheConfig:
     max_bytes: int
     retention_ms: int
     path: Path | None
+    admission: str = "always"
 
     def build(self) -> ChunkCache:
         if self.kind == "memory":
-            return MemoryChunkCache(self.chunk_size, self.max_bytes, self.retention_ms)
+            return MemoryChunkCache(self.chunk_size, self.max_bytes, self.retention_ms, admission=self.admission)
         assert self.path is not None
         try:
-            return DiskChunkCache(self.path, self.chunk_size, self.max_bytes, self.retention_ms)
+            return DiskChunkCache(self.path, self.chunk_size, self.max_bytes, self.retention_ms,
+                                  admission=self.admission)
         except OSError as e:
             raise ValueError(f"config {CACHE_PREFIX + 'path'!r}: cannot use {str(self.path)!r} ({e.strerror})") \
                 from None
@@ -292,7 +325,7 @@ def chunk_cache_config(configs: Mapping[str, Any], first_log_dir: Path) -> Chunk
         raise ValueError(f"config {CACHE_PREFIX + 'class'!r} must be none, disk or memory (or Aiven's "
                          f"DiskChunkCache / MemoryChunkCache class), got {raw_class!r}")
     if kind == "none":
-        for name in ("size", "retention.ms", "path"):
+        for name in ("size", "retention.ms", "path", "admission"):
             if CACHE_PREFIX + name in configs:
                 raise ValueError(f"config {CACHE_PREFIX + name!r} needs {CACHE_PREFIX + 'class'!r} "
                                  f"set to disk or memory")
@@ -305,12 +338,16 @@ def chunk_cache_config(configs: Mapping[str, Any], first_log_dir: Path) -> Chunk
         raise ValueError(f"config {CACHE_PREFIX + 'size'!r} must be -1 or at least one chunk "
                          f"(chunk.size={chunk_size}), got {size}")
     retention_ms = config_int(configs, CACHE_PREFIX + "retention.ms", DEFAULT_RETENTION_MS, minimum=-1)
+    admission = config_str(configs, CACHE_PREFIX + "admission", "always").strip().lower()
+    if admission not in ADMISSIONS:
+        raise ValueError(f"config {CACHE_PREFIX + 'admission'!r} must be one of {', '.join(ADMISSIONS)}, "
+                         f"got {admission!r}")
     if kind == "memory":
         if CACHE_PREFIX + "path" in configs:
             raise ValueError(f"config {CACHE_PREFIX + 'path'!r} applies to the disk cache only")
-        return ChunkCacheConfig(kind, chunk_size, size, retention_ms, None)
+        return ChunkCacheConfig(kind, chunk_size, size, retention_ms, None, admission)
     path = Path(config_str(configs, CACHE_PREFIX + "path", str(first_log_dir / DEFAULT_DIR_NAME)))
-    return ChunkCacheConfig(kind, chunk_size, size, retention_ms, path)
+    return ChunkCacheConfig(kind, chunk_size, size, retention_ms, path, admission)
 
 
 class _ChunksReader(BufferReader):
@@ -464,7 +501,8 @@ class CachedSegmentReads:
                 break
             out[number] = piece
             whole = len(piece) == c or start + lo + len(piece) == md.segment_size_in_bytes
-            if whole:  # a short read (the store's object shorter than its metadata) is not cached
+            # a short read (the store's object shorter than its metadata) is not cached
+            if whole and self.cache.admit((segment_id, number)):
                 self.cache.put((segment_id, number), piece)
         self._settle(segment_id, run, out)
         return out

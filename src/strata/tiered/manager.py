@@ -302,6 +302,8 @@ class RemoteLogManager:
             for name, fn, text in (("Hits", lambda: cache.hits, "Chunks served from the chunk cache."),
                                    ("Misses", lambda: cache.misses, "Chunks not in the chunk cache (loaded)."),
                                    ("Evictions", lambda: cache.evictions, "Chunks evicted (size or retention)."),
+                                   ("NotAdmitted", lambda: cache.rejected,
+                                    "Chunks loaded once and not kept (admission=second-access)."),
                                    ("Bytes", lambda: cache.bytes, "Bytes held by the chunk cache.")):
                 self.stats.registry.gauge(f"kafka_log_remote_RemoteLogManager_RemoteLogChunkCache{name}", text,
                                           fn=fn)

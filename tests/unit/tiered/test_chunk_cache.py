@@ -277,3 +277,33 @@ def test_segment_ids_do_not_collide_in_file_names(tmp_path: Path) -> None:
     cache.put((a, 1), memoryview(b"a" * 10))
     cache.put((b, 1), memoryview(b"b" * 10))
     assert bytes(cache.get((a, 1)) or b"") == b"a" * 10 and bytes(cache.get((b, 1)) or b"") == b"b" * 10
+
+
+def test_second_access_admission_keeps_only_chunks_read_again(tmp_path: Path) -> None:
+    """A one-off scan leaves the cache as it was; a chunk read again within the retention is kept."""
+    now = [0.0]
+    cache = DiskChunkCache(tmp_path / "c", CHUNK, 3 * CHUNK, 1000, clock=lambda: now[0], admission="second-access")
+    rsm = DictRSM()
+    md, data = segment(rsm, 10 * CHUNK)
+    reads = CachedSegmentReads(rsm, cache)
+    hot = read(reads, md, 0, CHUNK - 1)  # chunk 0, seen once: not kept
+    assert cache.bytes == 0 and cache.rejected == 1
+    read(reads, md, 0, CHUNK - 1)  # read again: kept
+    assert cache.bytes == CHUNK
+    assert read(reads, md, 0, None) == data  # a scan of the whole segment: chunks 1-9 seen once, not kept
+    assert cache.bytes == CHUNK and cache.evictions == 0
+    before = len(rsm.segment_fetches)
+    assert read(reads, md, 0, CHUNK - 1) == hot  # the hot chunk survived the scan
+    assert len(rsm.segment_fetches) == before
+    now[0] = 5.0  # past the retention: chunk 5's first sighting is forgotten
+    read(reads, md, 5 * CHUNK, 5 * CHUNK + 1)
+    assert (md.remote_log_segment_id.id, 5) not in dict(cache._entries)
+
+
+def test_admission_config(tmp_path: Path) -> None:
+    cfg = chunk_cache_config({"fetch.chunk.cache.class": "disk", "fetch.chunk.cache.size": "-1",
+                              "fetch.chunk.cache.admission": "second-access"}, tmp_path)
+    assert cfg is not None and cfg.admission == "second-access"
+    with pytest.raises(ValueError, match="'fetch.chunk.cache.admission' must be one of always, second-access"):
+        chunk_cache_config({"fetch.chunk.cache.class": "disk", "fetch.chunk.cache.size": "-1",
+                            "fetch.chunk.cache.admission": "lfu"}, tmp_path)
