@@ -62,16 +62,20 @@ _GATHER = _LIB[2] if _LIB else None
 NATIVE = _LIB is not None
 
 
+def _int64s(names: str, *arrays: np.ndarray) -> list[np.ndarray]:
+    """The arrays as C-contiguous int64 (what the C side indexes), all of one length."""
+    out = [np.ascontiguousarray(a, np.int64) for a in arrays]
+    if any(len(a) != len(out[0]) for a in out):
+        raise ValueError(f"{names} differ in length")
+    return out
+
+
 def native_record_bodies(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                          counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every record's body (after its length varint), batch after batch; raises WalkError."""
     assert _WALK is not None, "the C record walk is not built"
-    starts = np.ascontiguousarray(starts, np.int64)
-    ends = np.ascontiguousarray(ends, np.int64)
-    counts = np.ascontiguousarray(counts, np.int64)
+    starts, ends, counts = _int64s("starts, ends and counts", starts, ends, counts)
     buf = np.ascontiguousarray(buf, np.uint8)
-    if len(starts) != len(counts) or len(ends) != len(counts):
-        raise ValueError("starts, ends and counts differ in length")
     if (counts < 0).any():
         raise WalkError("negative record count")
     n = int(counts.sum())
@@ -90,12 +94,9 @@ def native_record_fields(buf: np.ndarray, body: np.ndarray, body_end: np.ndarray
     record whose body is ``[body[i], body_end[i])``; the headers of records with any start at ``after``.
     Raises WalkError."""
     assert _FIELDS is not None, "the C record walk is not built"
-    body = np.ascontiguousarray(body, np.int64)
-    body_end = np.ascontiguousarray(body_end, np.int64)
+    body, body_end = _int64s("body and body_end", body, body_end)
     buf = np.ascontiguousarray(buf, np.uint8)
     n = len(body)
-    if len(body_end) != n:
-        raise ValueError("body and body_end differ in length")
     out = tuple(np.empty(n, np.int64) for _ in range(8))
     failed = ctypes.c_int64(-1)
     code = _FIELDS(buf.ctypes.data, len(buf), n, body.ctypes.data, body_end.ctypes.data,
@@ -109,12 +110,9 @@ def native_gather(buf: np.ndarray, start: np.ndarray, length: np.ndarray, total:
     """An Arrow binary column's ``(int32 offsets, data)``: the fields ``[start, start + length)`` of ``buf``
     (a negative length is null: no bytes) back to back, ``total`` bytes in all. Raises WalkError."""
     assert _GATHER is not None, "the C record walk is not built"
-    start = np.ascontiguousarray(start, np.int64)
-    length = np.ascontiguousarray(length, np.int64)
+    start, length = _int64s("start and length", start, length)
     buf = np.ascontiguousarray(buf, np.uint8)
     n = len(start)
-    if len(length) != n:
-        raise ValueError("start and length differ in length")
     offsets = np.empty(n + 1, np.int32)
     data = np.empty(total, np.uint8)
     code = _GATHER(buf.ctypes.data, len(buf), n, start.ctypes.data, length.ctypes.data, offsets.ctypes.data,
