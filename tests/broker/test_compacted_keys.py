@@ -9,6 +9,7 @@ the same against Kafka).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -41,12 +42,25 @@ def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
         c.close()
 
 
+def _leader(p: Producer, topic: str) -> int:
+    partition = p.list_topics(topic, timeout=TIMEOUT_S).topics[topic].partitions.get(0)
+    return -1 if partition is None else partition.leader
+
+
 def _produce_batch(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> list[Any]:
     """One batch (one partition; the batch leaves when it holds every record, so a loaded machine's slow
-    produce loop cannot outlast a linger and split it); the delivery reports in produce order."""
+    produce loop cannot outlast a linger and split it); the delivery reports in produce order.
+
+    The producer knows the partition's leader before the first record: otherwise the records wait in the
+    topic's unassigned queue, and a flush() that starts while they are being moved to the partition sends
+    what has arrived so far (a clean-clone run got four batches, and their delivery reports, that way)."""
     p = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 10_000,
                   "batch.num.messages": len(records), "acks": "all",
                   "enable.idempotence": False, "retries": 0, "compression.type": "lz4"})
+    deadline = time.monotonic() + TIMEOUT_S
+    while _leader(p, topic) < 0:
+        assert time.monotonic() < deadline, f"no leader of {topic}-0"
+        time.sleep(0.05)
     reports: list[Any] = [None] * len(records)
 
     def on_delivery(i: int) -> Any:
