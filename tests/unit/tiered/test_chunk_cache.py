@@ -9,6 +9,7 @@ real local and S3 stores and a real consumer, are in ``tests/tiered/test_chunk_c
 from __future__ import annotations
 
 import io
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.tiered.test_remote_reader import TP, DictRSM
 
-from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, uuid_to_str
 from strata.tiered.chunk_cache import (
     CachedSegmentReads,
     ChunkCache,
@@ -71,7 +72,7 @@ def test_any_range_is_the_stores_bytes_and_each_chunk_is_loaded_once(ranges: lis
     assert all(s % CHUNK == 0 for s, _ in loaded)  # loads are chunk-aligned
 
 
-def test_a_cached_range_is_served_without_the_store_and_within_one_chunk_without_a_copy(cache: ChunkCache) -> None:
+def test_a_cached_range_is_served_without_the_store_as_a_read_only_view(cache: ChunkCache) -> None:
     rsm = DictRSM()
     md, data = segment(rsm, 3500)
     reads = CachedSegmentReads(rsm, cache)
@@ -307,3 +308,16 @@ def test_admission_config(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'fetch.chunk.cache.admission' must be one of always, second-access"):
         chunk_cache_config({"fetch.chunk.cache.class": "disk", "fetch.chunk.cache.size": "-1",
                             "fetch.chunk.cache.admission": "lfu"}, tmp_path)
+
+
+def test_a_cache_file_cut_short_by_hand_is_a_miss(tmp_path: Path) -> None:
+    """No mapping of cache files, so never a SIGBUS: a file shorter than the chunk it held is a miss, read
+    from the store again."""
+    cache = DiskChunkCache(tmp_path / "c", CHUNK, -1, -1)
+    rsm = DictRSM()
+    md, data = segment(rsm, 3 * CHUNK)
+    reads = CachedSegmentReads(rsm, cache)
+    read(reads, md, 0, None)
+    os.truncate(cache.directory / f"{uuid_to_str(md.remote_log_segment_id.id)}-1", 100)
+    assert read(reads, md, 0, None) == data
+    assert [(s, e) for _, s, e in rsm.segment_fetches] == [(0, 3 * CHUNK - 1), (CHUNK, 2 * CHUNK - 1)]
