@@ -76,7 +76,7 @@ def format_table(rows: list[dict]) -> str:
             pairs = row["paired_ratios"]
             ratio = f"{row['ratio']:.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
             if "target" in row:
-                target, verdict = f">={row['target']:.1f}", "PASS" if row["passed"] else "FAIL"
+                target, verdict = f">={row['target']:g}", "PASS" if row["passed"] else "FAIL"
             else:
                 target, verdict = "info", ""
         else:
