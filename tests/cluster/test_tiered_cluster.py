@@ -404,3 +404,37 @@ def test_leaders_dying_between_upload_and_metadata_leave_one_copy(zk_connect: st
         assert spans[0][0] == 0
         got = consume_all(cluster.bootstrap, TOPIC, 1500)
         assert len(got) == 1500 and all(v == value(i) for i, v in enumerate(got))
+
+
+def test_each_broker_serves_re_reads_of_the_remote_tier_from_its_own_chunk_cache(zk_connect: str,
+                                                                                  tmp_path: Path) -> None:
+    """``rsm.config.fetch.chunk.cache.*`` in cluster mode: the leader's second read of the remote tier makes no
+    store read (the shared store's event history says so); after a failover the new leader, whose cache is
+    its own and empty, reads the store once and then serves from its cache too."""
+    store = tmp_path / "store"
+    props = {**tiered_props(store), "rsm.config.fetch.chunk.cache.class": "disk",
+             "rsm.config.fetch.chunk.cache.size": str(64 << 20), "rsm.config.chunk.size": str(SEGMENT_BYTES)}
+    records = 600
+
+    def store_reads(broker: int) -> int:
+        return sum(1 for e in read_events(store, "FETCH_SEGMENT") if e["topic"] == TOPIC and e["broker_id"] == broker)
+
+    def read_all(broker: int) -> None:
+        got = consume_all(cluster.brokers[broker].bootstrap, TOPIC, records)
+        assert got == [value(i) for i in range(records)]
+
+    with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
+        leader, follower = _replicated_topic_with_data(cluster, records)
+        _wait_every_rolled_segment_tiered(cluster, leader)
+        _wait_local_tail(cluster, (leader, follower))
+        read_all(leader)
+        first = store_reads(leader)
+        assert first > 0
+        read_all(leader)
+        assert store_reads(leader) == first
+
+        _lead_and_read_all(cluster, follower, leader, records)  # the old leader dies; the follower reads the store
+        taken_over = store_reads(follower)
+        assert taken_over > 0
+        read_all(follower)
+        assert store_reads(follower) == taken_over
