@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from strata.tiered.api import RemoteLogSegmentMetadata, RemoteStorageManager, uuid_to_str
+from strata.tiered.segment_bytes import fetch_remote_segment_bytes
 from strata.tiered.storage.common import BufferReader, check_positions, config_int, config_str
 
 log = logging.getLogger(__name__)
@@ -473,9 +474,6 @@ class CachedSegmentReads:
         self._lock = threading.Lock()
         self._loading: dict[ChunkKey, Future[memoryview]] = {}
 
-    def __getattr__(self, name: str) -> Any:  # fetch_index and the rest: the RSM's own
-        return getattr(self.rsm, name)
-
     def forget(self, segment_id: uuid.UUID) -> None:
         self.cache.forget(segment_id)
 
@@ -523,11 +521,8 @@ class CachedSegmentReads:
             try:
                 found[number] = pending.result()
             except Exception:  # the loader failed: load it here (a failed load is not cached)
-                found.update(self._load_alone(md, number))
+                found.update(self._load(md, [number]))
         return sorted(found.items())
-
-    def _load_alone(self, md: RemoteLogSegmentMetadata, number: int) -> dict[int, memoryview]:
-        return self._load(md, [number])
 
     def _load(self, md: RemoteLogSegmentMetadata, run: list[int]) -> dict[int, memoryview]:
         """One ranged read of the chunks ``run`` (consecutive numbers), stored and handed to waiters."""
@@ -535,23 +530,7 @@ class CachedSegmentReads:
         segment_id = md.remote_log_segment_id.id
         start = run[0] * c
         end = min((run[-1] + 1) * c, md.segment_size_in_bytes)
-        stream = self.rsm.fetch_log_segment(md, start, end - 1)
-        try:
-            read_view = getattr(stream, "read_view", None)
-            if read_view is not None:
-                data = memoryview(read_view(end - start)).cast("B").toreadonly()
-            else:
-                buf = bytearray(end - start)
-                view = memoryview(buf)
-                got = 0
-                while got < len(buf):
-                    k = stream.readinto(view[got:]) or 0
-                    if k <= 0:
-                        break
-                    got += k
-                data = view.toreadonly()[:got]
-        finally:
-            stream.close()
+        data = fetch_remote_segment_bytes(self.rsm, md, start, end)
         out: dict[int, memoryview] = {}
         for number in run:
             lo = (number - run[0]) * c

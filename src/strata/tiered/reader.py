@@ -87,7 +87,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from typing import Any, cast
 
 from strata.errors import (
     CorruptRecordError,
@@ -117,6 +117,7 @@ from strata.tiered.api import (
 )
 from strata.tiered.chunk_cache import CachedSegmentReads, ChunkCache
 from strata.tiered.index_cache import OffsetEntryLookup, RemoteIndexCache
+from strata.tiered.segment_bytes import fetch_remote_segment_bytes, read_segment_range_into
 from strata.tiered.storage.object_format import CorruptObjectError
 
 log = logging.getLogger(__name__)
@@ -208,63 +209,6 @@ def offset_out_of_range(tp: TopicIdPartition, offset: int, epoch: int | None) ->
         f"Received request for offset {offset} for leader epoch {epoch_str} and partition "
         f"{tp.topic}-{tp.partition} which does not exist in remote tier."
     )
-
-
-def fetch_remote_segment_bytes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int,
-                               end: int) -> memoryview:
-    """Bytes ``[start, end)`` of a remote segment in one bounded ranged read (fewer at the segment end),
-    as a read-only view of the buffer they were read into (the stream's own with ``read_view``)."""
-    if end <= start:
-        return memoryview(b"")
-    stream = rsm.fetch_log_segment(md, start, end - 1)  # the RSM API's end_position is inclusive
-    try:
-        read_view = getattr(stream, "read_view", None)
-        if read_view is not None:
-            return memoryview(read_view(end - start)).cast("B").toreadonly()[:end - start]
-        buf = bytearray(end - start)
-        got = _read_into(stream, memoryview(buf))
-        return memoryview(buf).toreadonly()[:got]
-    finally:
-        stream.close()
-
-
-def read_segment_range_into(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int,
-                            out: memoryview) -> int:
-    """Fill ``out`` with the segment's bytes from ``start`` in one bounded ranged read; returns how
-    many bytes came (fewer only at the segment end).
-
-    ``end_position`` in the RSM API is inclusive, hence ``start + len(out) - 1``.
-    """
-    if not len(out):
-        return 0
-    stream = rsm.fetch_log_segment(md, start, start + len(out) - 1)
-    try:
-        return _read_into(stream, out)
-    finally:
-        stream.close()
-
-
-def _read_into(stream: BinaryIO, out: memoryview) -> int:
-    """Read until ``out`` is full or the stream ends; returns the bytes read.
-
-    ``readinto`` lets the stream write straight into ``out`` (no per-read allocation, no join); a
-    stream without it (a third-party RSM's) falls back to ``read``, one copy per chunk. Streams may
-    return short reads; a store that ignores the range is cut off at ``len(out)``.
-    """
-    n = len(out)
-    got = 0
-    readinto = getattr(stream, "readinto", None)
-    while got < n:
-        if readinto is not None:
-            k = readinto(out[got:]) or 0
-        else:
-            chunk = stream.read(n - got)
-            k = min(len(chunk), n - got)
-            out[got:got + k] = memoryview(chunk)[:k]
-        if k <= 0:
-            break
-        got += k
-    return got
 
 
 class _SegmentWindow:
