@@ -13,10 +13,11 @@ many Kafka batches at once with numpy and assembles the Arrow arrays from buffer
    ``_recordwalk.c`` was built (``strata.spark.record_walk``: ~3 ns a record instead of ~400). Else all
    batches of the unit advance in lockstep, one numpy step per record index; the few long batches left
    at the end finish in a Python loop that checks runs of equal-size records at once.
-3. Then, ``max_rows_per_batch`` records at a time: every field of every record is decoded at once
-   (vectorised zig-zag varints), offsets and timestamps come from the batch headers, and keys and
-   values are cut out of the shared buffer by Arrow's ``filter`` kernel over a binary array whose
-   elements alternate between field and gap. Many Kafka batches make one Arrow batch.
+3. Then, ``max_rows_per_batch`` records at a time: every field of every record is decoded at once (in
+   the same C file, else with vectorised zig-zag varints), offsets and timestamps come from the batch
+   headers, and keys and values are gathered out of the shared buffer into Arrow's buffers (in C, else by
+   Arrow's ``filter`` kernel over a binary array whose elements alternate between field and gap). Many
+   Kafka batches make one Arrow batch.
 
 Spark's conventions (``KafkaRecordToRowConverter``): timestamps in microseconds, ``timestampType``
 0 (CreateTime) or 1 (LogAppendTime, every record then carrying the batch's max timestamp), and a
@@ -751,9 +752,10 @@ def _decode_headers(buf: np.ndarray, pos: np.ndarray, counts: np.ndarray) -> tup
 
 def _binary_column(buf: np.ndarray, start: np.ndarray, length: np.ndarray,
                    type_: pa.DataType | None = None) -> pa.Array:
-    """Variable-length fields cut out of ``buf`` in one pass of Arrow's filter kernel.
+    """Variable-length fields cut out of ``buf`` in one pass: the C gather when it is built, else Arrow's
+    filter kernel.
 
-    The fields lie in ``buf`` in order, so ``[start0, end0, start1, end1, ...]`` are valid offsets
+    For the filter: the fields lie in ``buf`` in order, so ``[start0, end0, start1, end1, ...]`` are valid offsets
     of a binary array whose elements alternate field, gap, field, ...; keeping the even elements
     copies exactly the fields into a fresh, compact array.
     """
