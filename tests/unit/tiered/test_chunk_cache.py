@@ -18,7 +18,8 @@ from typing import BinaryIO
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.tiered.test_remote_reader import TP, DictRSM
+from tests.unit.tiered.test_read_ahead import log_of
+from tests.unit.tiered.test_remote_reader import TP, DictRLMM, DictRSM, Tiered, tier
 
 from strata.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, uuid_to_str
 from strata.tiered.chunk_cache import (
@@ -28,6 +29,8 @@ from strata.tiered.chunk_cache import (
     MemoryChunkCache,
     chunk_cache_config,
 )
+from strata.tiered.index_cache import RemoteIndexCache
+from strata.tiered.reader import RemoteLogReader
 
 CHUNK = 1000
 
@@ -321,3 +324,22 @@ def test_a_cache_file_cut_short_by_hand_is_a_miss(tmp_path: Path) -> None:
     os.truncate(cache.directory / f"{uuid_to_str(md.remote_log_segment_id.id)}-1", 100)
     assert read(reads, md, 0, None) == data
     assert [(s, e) for _, s, e in rsm.segment_fetches] == [(0, 3 * CHUNK - 1), (CHUNK, 2 * CHUNK - 1)]
+
+
+def test_a_cached_chunk_gone_bad_on_disk_is_read_again_from_the_store(open_log, tmp_path: Path) -> None:
+    """Through the remote reader: a flipped byte in a cache file fails batch validation, the reader drops the
+    segment's chunks before its fresh retry, and the fetch is answered from the store, not marked corrupt."""
+    plog = log_of(open_log, [16 * 1024] * 20, segment_bytes=1 << 20)
+    rsm, rlmm = DictRSM(), DictRLMM()
+    mds = tier(plog, rsm, rlmm)
+    cache = DiskChunkCache(tmp_path / "chunks", 64 * 1024, -1, -1)
+    reader = RemoteLogReader(rsm, rlmm, RemoteIndexCache(rsm, tmp_path / "idx", 1 << 20), chunk_cache=cache)
+    t = Tiered(plog, rsm, rlmm, reader.index_cache, reader, mds)
+    assert t.read(0, 1 << 20).records == t.local(0, 1 << 20)
+    path = cache.directory / f"{uuid_to_str(mds[0].remote_log_segment_id.id)}-0"
+    damaged = bytearray(path.read_bytes())
+    damaged[200] ^= 0xFF  # inside the first batch's records: its CRC fails
+    path.write_bytes(bytes(damaged))
+    before = len(rsm.segment_fetches)
+    assert t.read(0, 1 << 20).records == t.local(0, 1 << 20)
+    assert len(rsm.segment_fetches) > before and not reader.corrupt_segments()
