@@ -840,11 +840,48 @@ def run_consume(work: Path, backend: str, cfg: BenchConfig, server: Any | None) 
         info["remote_runs"] = remote_runs
         info["results"] = summarize([base, subj, cold_base, cold, small_base, small],
                                     cfg.consume_target if backend == "local" else cfg.consume_target_s3)
+        info["cpu_budget"] = cpu_budget(base, subj, [r for r in remote_runs if r["pass"] == "timed pass"])
         info["warnings"] = [line for line in broker.log_text().splitlines()
                             if " WARNING " in line or " ERROR " in line][-10:]
     finally:
         broker.stop()
     return info
+
+
+def cpu_budget(base: Result, subj: Result, timed_runs: list[dict[str, float]]) -> dict[str, float]:
+    """Where the timed passes' CPU goes, and the ratio that CPU alone allows on this machine.
+
+    Both passes keep the cores about equally busy (``busy_cores``), so when they are CPU-bound the
+    ratio cannot exceed local CPU-s / remote CPU-s, all processes counted: this consumer, the broker
+    and, for s3, SeaweedFS on the same cores. ``ceiling_without_store`` is that bound with the store's
+    CPU elsewhere (as S3 is in production); ``ceiling_broker_as_local`` also charges the broker only
+    what it spends on the local tier, the bound were Strata's remote path free.
+    """
+    med = statistics.median
+    client_l, broker_l = med(base.client_cpu_s), med(base.server_cpu_s)
+    client_r, broker_r = med(subj.client_cpu_s), med(subj.server_cpu_s)
+    store_r = med([r.get("store_cpu_s", 0.0) for r in timed_runs]) if timed_runs else 0.0
+    local, remote = client_l + broker_l, client_r + broker_r + store_r
+    return {"local_cpu_s": local, "remote_cpu_s": remote, "client_local_cpu_s": client_l,
+            "broker_local_cpu_s": broker_l, "client_remote_cpu_s": client_r, "broker_remote_cpu_s": broker_r,
+            "store_remote_cpu_s": store_r, "busy_cores_local": local / med(base.samples_s),
+            "busy_cores_remote": remote / med(subj.samples_s), "cpu_ceiling": local / remote,
+            "ceiling_without_store": local / (client_r + broker_r),
+            "ceiling_broker_as_local": local / (client_r + broker_l + store_r)}
+
+
+def format_cpu_budget(backend: str, b: dict[str, float], gib: float) -> str:
+    """One line: CPU-s per GiB consumed by each process, and the ratio that CPU allows."""
+    store = b["store_remote_cpu_s"]
+    remote = (f"consumer {b['client_remote_cpu_s'] / gib:.2f} + broker {b['broker_remote_cpu_s'] / gib:.2f}"
+              + (f" + SeaweedFS {store / gib:.2f}" if store else ""))
+    bounds = [f"a broker remote path as cheap as its local one {b['ceiling_broker_as_local']:.2f}"]
+    if store:
+        bounds.insert(0, f"the store on other cores {b['ceiling_without_store']:.2f}")
+    return (f"  {backend} CPU-s per GiB (timed medians): local tier consumer {b['client_local_cpu_s'] / gib:.2f} + "
+            f"broker {b['broker_local_cpu_s'] / gib:.2f}; remote tier {remote}; busy cores "
+            f"{b['busy_cores_local']:.2f} vs {b['busy_cores_remote']:.2f}; so CPU allows a ratio of "
+            f"{b['cpu_ceiling']:.2f} ({'; '.join(bounds)})")
 
 
 def _fetch_events(remote_dir: Path) -> dict[str, int]:
@@ -1124,6 +1161,9 @@ def print_report(report: dict) -> None:
         print(bench_report.format_table(rows))
         for info in report["consume"]:
             print(format_remote_runs(info))
+            if "cpu_budget" in info:
+                print(format_cpu_budget(info["backend"], info["cpu_budget"],
+                                        report["config"]["consume_mib"] / 1024))
             for w in info["warnings"]:
                 print(f"  broker {info['backend']}: {w[:200]}")
     if report.get("read_path"):

@@ -34,12 +34,13 @@ Design:
   waited for, not loaded twice; a thread loads what it claimed before it waits for others' (no deadlock).
   A failed load is not cached (Aiven PR #453): its waiters load again themselves.
 * **The disk cache writes a chunk to a temporary file and renames it into place** (Aiven's atomic move);
-  a hit is the open file (:class:`FileChunk`), read with ``preadv`` straight into the reader's window: one
-  copy from the page cache. (A read-only ``mmap`` per hit was tried first: the broker spent more on mapping,
-  faulting and unmapping 4 MiB chunks than a copy costs, 6.5% of its samples in the unmap alone.) An
-  evicted chunk's file is unlinked; a hit still being read keeps its bytes through the open file. A file cut
-  short by hand is a miss (its size is checked at each hit); one cut while being read ends the stream early,
-  which the reader reports as a truncated segment: no mapping, so no SIGBUS.
+  a hit is the open file (:class:`FileChunk`), read with one ``pread`` into a new buffer that becomes the
+  reader's window (``preadv`` into one buffer when a read spans chunks): one copy from the page cache. (A
+  read-only ``mmap`` per hit was tried first: the broker spent more on mapping, faulting and unmapping 4 MiB
+  chunks than a copy costs, 6.5% of its samples in the unmap alone.) An evicted chunk's file is unlinked; a
+  hit still being read keeps its bytes through the open file. A file cut short by hand is a miss (its size is
+  checked at each hit); one cut while being read ends the stream early, which the reader reports as a
+  truncated segment: no mapping, so no SIGBUS.
 * **Bounded by bytes**, least recently used first, and by ``retention.ms`` since the last access.
 * **Bad bytes are not served twice**: the remote reader drops a segment's chunks before its fresh retry
   of a read that failed validation (:meth:`CachedSegmentReads.forget`), so a transfer that went bad is
@@ -108,7 +109,7 @@ class _OpenFile:
 
 class FileChunk:
     """A cached chunk on disk, or a slice of one: its open file, where the bytes start and how many.
-    Slicing is free; :meth:`readinto` ``preadv``s into the caller's buffer."""
+    Slicing is free; :meth:`readinto` ``preadv``s into the caller's buffer, :meth:`pread` into a new one."""
 
     __slots__ = ("_file", "length", "offset")
 
@@ -135,9 +136,19 @@ class FileChunk:
             got += n
         return got
 
+    def pread(self, size: int) -> bytes:
+        """Up to ``size`` bytes from the start in a new ``bytes``; fewer only if the file was cut short."""
+        want = min(size, self.length)
+        data = os.pread(self._file.fileno(), want, self.offset)
+        while 0 < len(data) < want:  # a short read before the end: rare with regular files
+            more = os.pread(self._file.fileno(), want - len(data), self.offset + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
     def __bytes__(self) -> bytes:
-        out = bytearray(self.length)
-        return bytes(out[:self.readinto(memoryview(out))])
+        return self.pread(self.length)
 
 
 Chunk = memoryview | FileChunk
@@ -421,8 +432,14 @@ class _ChunksReader(BufferReader):
         if self._index >= len(self._pieces):
             return memoryview(b"")
         piece = self._pieces[self._index]
-        if isinstance(piece, memoryview) and (len(self._pieces) - self._index == 1 or size <= len(piece)):
-            view = piece[:max(size, 0)]
+        if len(self._pieces) - self._index == 1 or size <= len(piece):
+            if isinstance(piece, memoryview):
+                view = piece[:max(size, 0)]
+            else:  # one ``pread`` into a new ``bytes``: no zero-filled ``bytearray`` to read into first
+                view = memoryview(piece.pread(max(size, 0)))
+                if len(view) < min(size, len(piece)):  # cut short under the cache: the stream ends
+                    self._pieces = self._pieces[:self._index]
+                    return view
             self._advance(len(view))
             return view
         out = bytearray(min(size, sum(len(p) for p in self._pieces[self._index:])))

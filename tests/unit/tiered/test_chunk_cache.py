@@ -31,6 +31,7 @@ from strata.tiered.chunk_cache import (
 )
 from strata.tiered.index_cache import RemoteIndexCache
 from strata.tiered.reader import RemoteLogReader
+from strata.tiered.segment_bytes import fetch_remote_segment_bytes
 
 CHUNK = 1000
 
@@ -324,6 +325,24 @@ def test_a_cache_file_cut_short_by_hand_is_a_miss(tmp_path: Path) -> None:
     os.truncate(cache.directory / f"{uuid_to_str(md.remote_log_segment_id.id)}-1", 100)
     assert read(reads, md, 0, None) == data
     assert [(s, e) for _, s, e in rsm.segment_fetches] == [(0, 3 * CHUNK - 1), (CHUNK, 2 * CHUNK - 1)]
+
+
+def test_a_hit_inside_one_cached_file_is_one_pread_into_a_buffer_of_its_own(tmp_path: Path) -> None:
+    """The reader's window for a read inside one chunk on disk comes from one ``pread`` (no zero-filled
+    buffer to read into first); a read across chunks is joined into one buffer; a file cut short between
+    the lookup and the read ends the stream there."""
+    cache = DiskChunkCache(tmp_path / "c", CHUNK, -1, -1)
+    rsm = DictRSM()
+    md, data = segment(rsm, 3 * CHUNK)
+    reads = CachedSegmentReads(rsm, cache)
+    read(reads, md, 0, None)
+    before = len(rsm.segment_fetches)
+    assert bytes(fetch_remote_segment_bytes(reads, md, CHUNK + 5, 2 * CHUNK - 7)) == data[CHUNK + 5:2 * CHUNK - 7]
+    assert bytes(fetch_remote_segment_bytes(reads, md, 10, 2 * CHUNK + 10)) == data[10:2 * CHUNK + 10]
+    assert len(rsm.segment_fetches) == before  # all hits
+    stream = reads.fetch_log_segment(md, CHUNK, 2 * CHUNK - 1)
+    os.truncate(cache.directory / f"{uuid_to_str(md.remote_log_segment_id.id)}-1", 100)
+    assert bytes(stream.read_view(CHUNK)) == data[CHUNK:CHUNK + 100] and bytes(stream.read_view(CHUNK)) == b""
 
 
 def test_a_cached_chunk_gone_bad_on_disk_is_read_again_from_the_store(open_log, tmp_path: Path) -> None:

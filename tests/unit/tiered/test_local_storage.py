@@ -321,6 +321,23 @@ def test_a_ranged_fetch_reads_straight_into_the_callers_buffer(tmp_path: Path, m
         assert stream.read(3000) == data[10:3010] and stream.read(3000) == data[3010:4010]
 
 
+def test_a_ranged_fetch_hands_the_reader_a_buffer_of_its_own(tmp_path: Path, make_segment: MakeSegment) -> None:
+    """``read_view``: the remote reader's window straight from the file (no zero-filled buffer first),
+    bounded by the range, fewer bytes only at the object's end."""
+    from strata.tiered.segment_bytes import fetch_remote_segment_bytes
+
+    rsm = local(tmp_path / "remote")
+    seg = make_segment()
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    data = seg.log_bytes()
+    with rsm.fetch_log_segment(seg.metadata, 10, 4009) as stream:
+        view = stream.read_view(10_000)
+        assert bytes(view) == data[10:4010] and bytes(stream.read_view(10)) == b""
+    assert bytes(fetch_remote_segment_bytes(rsm, seg.metadata, 7, 907)) == data[7:907]
+    tail = fetch_remote_segment_bytes(rsm, seg.metadata, len(data) - 5, len(data) + 100)
+    assert bytes(tail) == data[-5:] and tail.readonly
+
+
 def test_fetch_delay_simulates_store_latency(tmp_path: Path, make_segment: MakeSegment) -> None:
     import time
 

@@ -232,6 +232,17 @@ class _BoundedReader(io.RawIOBase):
             self._remaining -= n
         return n
 
+    def read_view(self, size: int) -> memoryview:
+        """Up to ``size`` bytes (fewer only at the end) in a buffer of their own, for the remote reader's
+        window: ``read`` fills a new ``bytes`` straight from the file, where ``readinto`` would first need
+        a zero-filled ``bytearray`` (a memset of every byte, 9% of a remote local-store read's broker CPU)."""
+        parts = [self.read(size)]
+        got = len(parts[0])
+        while 0 < got < size and len(parts[-1]):  # a short read before the end: rare with regular files
+            parts.append(self.read(size - got))
+            got += len(parts[-1])
+        return memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
+
     def read(self, size: int | None = -1) -> bytes:
         """Straight from the file (RawIOBase's default reads into a temporary buffer, then copies)."""
         if size is None or size < 0:
