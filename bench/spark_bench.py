@@ -395,6 +395,8 @@ class Runner:
         self.spark.dataSource.register(grouped_strata())
         self.jvm_pid = int(self.spark._jvm.java.lang.ProcessHandle.current().pid())  # noqa: SLF001
         self.cpu_split: dict[str, list[tuple[float, float]]] = {}
+        self.store_pid: int | None = None  # SeaweedFS's, while the s3 backend runs: it shares the cores
+        self.store_cpu: dict[str, list[float]] = {}
 
     def close(self) -> None:
         self.spark.stop()
@@ -404,6 +406,7 @@ class Runner:
 
         before = _tree_cpu(self.jvm_pid)
         broker_cpu0 = _proc_cpu_s(broker.pid) if broker is not None else 0.0
+        store_cpu0 = _proc_cpu_s(self.store_pid) if self.store_pid is not None else None
         started = time.perf_counter()
         df = self.spark.read.format(fmt).options(**options).load()
         row = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("value_bytes"),
@@ -418,6 +421,8 @@ class Runner:
             result.server_cpu_s.append(_proc_cpu_s(broker.pid) - broker_cpu0 if broker is not None else 0.0)
             result.client_cpu_s.append(jvm + py)
             self.cpu_split.setdefault(result.name, []).append((jvm, py))
+            if store_cpu0 is not None and self.store_pid is not None:
+                self.store_cpu.setdefault(result.name, []).append(_proc_cpu_s(self.store_pid) - store_cpu0)
         return elapsed
 
 
@@ -482,6 +487,7 @@ def run_backend(work: Path, backend: str, cfg: BenchConfig, runner: Runner, serv
     broker = Broker(work / f"broker-{backend}", props)
     broker.start()
     info: dict[str, Any] = {"backend": backend}
+    runner.store_pid = server.proc.pid if backend == "s3" and server is not None else None
     try:
         create_topics(broker.bootstrap, {TOPIC: {"remote.storage.enable": "true", "retention.ms": "-1",
                                                  "segment.bytes": str(cfg.segment_mib * MiB),
@@ -557,6 +563,8 @@ def run_backend(work: Path, backend: str, cfg: BenchConfig, runner: Runner, serv
         info["cpu_split_s"] = {name: runner.cpu_split.get(r.name, []) for name, r in
                                (("spark", subject), ("synthetic", synth), ("spark_via_broker", via_broker),
                                 ("synthetic_few", synth_few), ("spark_grouped", grouped))}
+        info["store_cpu_s"] = {name: runner.store_cpu.get(r.name, []) for name, r in
+                               (("spark", subject), ("synthetic", synth))}
         info["spark_overhead_s"] = {"1": runner.overhead(1), str(len(rows)): runner.overhead(len(rows))}
         if cfg.profile:
             _log(f"  {backend}: the read path in this process (one core, no Spark)")
@@ -827,6 +835,9 @@ def format_summary(report: dict) -> str:
                 jvm = statistics.median(s[0] for s in splits)
                 py = statistics.median(s[1] for s in splits)
                 lines.append(f"  CPU s per run, {name}: JVM {jvm:.2f}, Python workers {py:.2f}")
+        budget = cpu_budget(info, records)
+        if budget:
+            lines.append(budget)
         p = info.get("profile")
         if p:
             lines.append(f"  in this process, one core, no Spark: read_slice over the plan {p['read_s']:.2f} s "
@@ -856,6 +867,34 @@ def format_summary(report: dict) -> str:
         for w in info.get("warnings", []):
             lines.append(f"  broker {b}: {w[:200]}")
     return "\n".join(lines)
+
+
+def cpu_budget(info: dict, records: int) -> str | None:
+    """The ratio to the synthetic source that CPU allows, when both runs keep the cores busy.
+
+    Every process's CPU counts (Spark's JVM, its Python workers and, for s3, SeaweedFS on the same cores), so
+    the bound is synthetic CPU-s / subject CPU-s. The codecs' share is ``decompress`` of the in-process
+    decoder profile, scaled to the run's rows: the bound for a source whose only work beyond the synthetic's
+    were inflating the batches it reads.
+    """
+    med = statistics.median
+    splits = info["cpu_split_s"]
+    if not splits.get("spark") or not splits.get("synthetic"):
+        return None
+    store = info.get("store_cpu_s", {})
+    cpu = {name: med(sum(s) for s in splits[name]) + (med(store[name]) if store.get(name) else 0.0)
+           for name in ("spark", "synthetic")}
+    walls = {name: records / info["rows_per_s"][name]["median"] for name in ("spark", "synthetic")}
+    line = (f"  CPU s per run, all processes{' (SeaweedFS included)' if store.get('spark') else ''}: spark "
+            f"{cpu['spark']:.2f}, synthetic {cpu['synthetic']:.2f}; busy cores {cpu['spark'] / walls['spark']:.2f} vs "
+            f"{cpu['synthetic'] / walls['synthetic']:.2f}; so CPU allows spark / synthetic "
+            f"{cpu['synthetic'] / cpu['spark']:.2f}")
+    d = (info.get("profile") or {}).get("decoder")
+    if d and d["rows"] and "decompress" in d["found"]:
+        codecs = d["stages_s"]["decompress"] / d["rows"] * records
+        line += (f"; the codecs alone take {codecs:.2f} CPU-s of the rows' batches (in-process profile, scaled), "
+                 f"which caps it at {cpu['synthetic'] / (cpu['synthetic'] + codecs):.2f}")
+    return line
 
 
 NOTES = """\
