@@ -5,8 +5,9 @@
 1. produce: acks=all to an RF=3 topic (min.insync.replicas=2) against acks=1 to an RF=1 topic,
    same producer settings (idempotence off: librdkafka refuses it with acks=1), same run; MB/s and
    broker CPU-seconds per GiB (all brokers summed), and the producer's own CPU-seconds per GiB. Beside
-   them the same acks=all run with an idempotent producer: librdkafka caps it at 5 requests in flight
-   per partition, and while the cap holds back a full batch its broker thread polls without sleeping
+   them the same acks=all run with an idempotent producer: librdkafka's cap of 5 in flight per partition
+   counts messages, not requests (``RD_KAFKA_IDEMP_MAX_INFLIGHT - rktp_msgs_inflight``), so one request per
+   partition is in flight, and meanwhile its broker thread polls without sleeping
    (``rd_kafka_toppar_producer_serve``: a wakeup "now", 1 us while flushing), so on this 2-core machine
    the client's spin takes CPU from the brokers; its producer CPU figure shows how much.
 2. catch-up: a follower stopped, N MiB produced, the follower started: MB/s until it is back in
