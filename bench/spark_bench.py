@@ -890,8 +890,8 @@ def cpu_budget(info: dict, records: int) -> str | None:
             f"{cpu['synthetic'] / walls['synthetic']:.2f}; so CPU allows spark / synthetic "
             f"{cpu['synthetic'] / cpu['spark']:.2f}")
     d = (info.get("profile") or {}).get("decoder")
-    if d and d["rows"] and "decompress" in d["found"]:
-        codecs = d["stages_s"]["decompress"] / d["rows"] * records
+    codecs = d["stages_s"]["decompress"] / d["rows"] * records if d and d["rows"] and "decompress" in d["found"] else 0
+    if codecs >= 0.005:  # compressed batches
         line += (f"; the codecs alone take {codecs:.2f} CPU-s of the rows' batches (in-process profile, scaled), "
                  f"which caps it at {cpu['synthetic'] / (cpu['synthetic'] + codecs):.2f}")
     return line
