@@ -858,6 +858,8 @@ def cpu_budget(base: Result, subj: Result, timed_runs: list[dict[str, float]]) -
     what it spends on the local tier, the bound were Strata's remote path free.
     """
     med = statistics.median
+    if not (base.client_cpu_s and subj.client_cpu_s):
+        return {}  # no timed pass (--consume-reps 0)
     client_l, broker_l = med(base.client_cpu_s), med(base.server_cpu_s)
     client_r, broker_r = med(subj.client_cpu_s), med(subj.server_cpu_s)
     store_r = med([r.get("store_cpu_s", 0.0) for r in timed_runs]) if timed_runs else 0.0
@@ -1161,7 +1163,7 @@ def print_report(report: dict) -> None:
         print(bench_report.format_table(rows))
         for info in report["consume"]:
             print(format_remote_runs(info))
-            if "cpu_budget" in info:
+            if info.get("cpu_budget"):
                 print(format_cpu_budget(info["backend"], info["cpu_budget"],
                                         report["config"]["consume_mib"] / 1024))
             for w in info["warnings"]:
