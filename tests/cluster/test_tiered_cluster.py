@@ -438,3 +438,30 @@ def test_each_broker_serves_re_reads_of_the_remote_tier_from_its_own_chunk_cache
         assert taken_over > 0
         read_all(follower)
         assert store_reads(follower) == taken_over
+
+
+def test_second_access_admission_is_honoured_in_cluster_mode(zk_connect: str, tmp_path: Path) -> None:
+    """``rsm.config.fetch.chunk.cache.admission=second-access`` on a cluster's brokers: the leader's first read of
+    the remote tier keeps nothing (its second read goes to the store again), the second keeps what it read (the
+    third makes no store read)."""
+    store = tmp_path / "store"
+    props = {**tiered_props(store), "rsm.config.fetch.chunk.cache.class": "disk",
+             "rsm.config.fetch.chunk.cache.size": str(64 << 20), "rsm.config.chunk.size": str(SEGMENT_BYTES),
+             "rsm.config.fetch.chunk.cache.admission": "second-access"}
+    records = 600
+
+    with running_cluster(zk_connect, tmp_path, 2, props) as cluster:
+        leader, follower = _replicated_topic_with_data(cluster, records)
+        _wait_every_rolled_segment_tiered(cluster, leader)
+        _wait_local_tail(cluster, (leader, follower))
+
+        def read_all() -> int:
+            assert consume_all(cluster.brokers[leader].bootstrap, TOPIC, records) == [value(i) for i in range(records)]
+            return sum(1 for e in read_events(store, "FETCH_SEGMENT")
+                       if e["topic"] == TOPIC and e["broker_id"] == leader)
+
+        first = read_all()
+        assert first > 0
+        second = read_all()
+        assert second > first  # what was read once only was not kept: the store again
+        assert read_all() == second  # what was read twice is kept
